@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vb_sysfs.c - /sys/bus/virtio/devices/virtioN/free_page_hint/
+ *
+ * Knobs (read-write) live in vb->settings, a struct vb_hint_settings that is
+ * validated as a whole on every write and copied by the hint worker at the
+ * start of a round: a write during a round takes effect at the next round.
+ * Values are unsigned decimal; anything kstrtouint() rejects, and anything
+ * out of range, fails with -EINVAL and leaves the value unchanged.
+ *
+ * Counters (read-only) come from a consistent snapshot of vb->hint.stats.
+ * See Documentation/ABI/testing/sysfs-bus-virtio-devices-free_page_hint.
+ */
+
+#include <linux/device.h>
+#include <linux/sysfs.h>
+#include <linux/kernel.h>
+#include <linux/mm.h>
+
+#include "vb.h"
+
+struct vb_sysfs_knob {
+	struct device_attribute attr;
+	size_t offset;
+};
+
+struct vb_sysfs_counter {
+	struct device_attribute attr;
+	size_t offset;
+};
+
+static struct vb_device *vb_sysfs_dev(struct device *dev)
+{
+	return dev_to_virtio(dev)->priv;
+}
+
+static unsigned int vb_sysfs_max_reserve_kb(void)
+{
+	u64 kb = (u64)totalram_pages() << (PAGE_SHIFT - 10);
+
+	return min_t(u64, kb, UINT_MAX);
+}
+
+/*
+ * Check a complete settings struct.  @ring_size bounds blocks_per_chain
+ * (one descriptor per block plus the STOP slot); 0 means not known yet.
+ */
+int vb_sysfs_validate(const struct vb_hint_settings *s, unsigned int ring_size)
+{
+	unsigned int max_bpc = VB_HINT_MAX_BPC;
+
+	if (ring_size >= 2)
+		max_bpc = min(max_bpc, ring_size - 1);
+	if (s->enabled > 1 || s->drop_cache > 1)
+		return -EINVAL;
+	if (s->min_order > VB_HINT_MAX_ORDER)
+		return -EINVAL;
+	if (s->blocks_per_chain < 1 || s->blocks_per_chain > max_bpc)
+		return -EINVAL;
+	if (s->chains_per_kick < 1 || s->chains_per_kick > VB_HINT_MAX_CPK)
+		return -EINVAL;
+	if (s->reserve_kb > vb_sysfs_max_reserve_kb())
+		return -EINVAL;
+	return 0;
+}
+
+void vb_sysfs_snapshot(struct vb_device *vb, struct vb_hint_settings *out)
+{
+	mutex_lock(&vb->settings_lock);
+	*out = vb->settings;
+	mutex_unlock(&vb->settings_lock);
+}
+
+static unsigned int *vb_sysfs_knob_field(struct vb_hint_settings *s,
+					 const struct vb_sysfs_knob *knob)
+{
+	return (unsigned int *)((char *)s + knob->offset);
+}
+
+static ssize_t vb_sysfs_knob_show(struct device *dev,
+				  struct device_attribute *attr, char *buf)
+{
+	struct vb_sysfs_knob *knob = container_of(attr, struct vb_sysfs_knob,
+						  attr);
+	struct vb_device *vb = vb_sysfs_dev(dev);
+	struct vb_hint_settings s;
+
+	vb_sysfs_snapshot(vb, &s);
+	return sysfs_emit(buf, "%u\n", *vb_sysfs_knob_field(&s, knob));
+}
+
+static ssize_t vb_sysfs_knob_store(struct device *dev,
+				   struct device_attribute *attr,
+				   const char *buf, size_t count)
+{
+	struct vb_sysfs_knob *knob = container_of(attr, struct vb_sysfs_knob,
+						  attr);
+	struct vb_device *vb = vb_sysfs_dev(dev);
+	struct vb_hint_settings s;
+	unsigned int val;
+	int err;
+
+	/* rejects empty, signs other than '+', garbage; allows one '\n' */
+	if (kstrtouint(buf, 10, &val))
+		return -EINVAL;
+
+	mutex_lock(&vb->settings_lock);
+	s = vb->settings;
+	*vb_sysfs_knob_field(&s, knob) = val;
+	err = vb_sysfs_validate(&s, vb->hint.ring_size);
+	if (!err)
+		vb->settings = s;
+	mutex_unlock(&vb->settings_lock);
+
+	return err ? err : count;
+}
+
+static ssize_t vb_sysfs_counter_show(struct device *dev,
+				     struct device_attribute *attr, char *buf)
+{
+	struct vb_sysfs_counter *ctr = container_of(attr,
+						    struct vb_sysfs_counter,
+						    attr);
+	struct vb_hint_stats st;
+
+	vb_hint_stats_snapshot(vb_sysfs_dev(dev), &st);
+	return sysfs_emit(buf, "%llu\n",
+			  *(u64 *)((char *)&st + ctr->offset));
+}
+
+static ssize_t vb_sysfs_cmd_id_show(struct device *dev,
+				    struct device_attribute *attr, char *buf)
+{
+	struct vb_hint_stats st;
+
+	vb_hint_stats_snapshot(vb_sysfs_dev(dev), &st);
+	return sysfs_emit(buf, "%u\n", st.cmd_id);
+}
+
+static ssize_t vb_sysfs_by_order_show(struct device *dev,
+				      struct device_attribute *attr,
+				      char *buf)
+{
+	struct vb_hint_stats st;
+	int order, len = 0;
+
+	vb_hint_stats_snapshot(vb_sysfs_dev(dev), &st);
+	for (order = 0; order < VB_HINT_NR_ORDERS; order++)
+		len += sysfs_emit_at(buf, len, "%s%d:%llu",
+				     order ? " " : "", order,
+				     st.blocks_by_order[order]);
+	len += sysfs_emit_at(buf, len, "\n");
+	return len;
+}
+
+static ssize_t vb_sysfs_held_show(struct device *dev,
+				  struct device_attribute *attr, char *buf)
+{
+	struct vb_device *vb = vb_sysfs_dev(dev);
+	unsigned long inflight, acked;
+
+	spin_lock(&vb->hint.lock);
+	inflight = vb->hint.inflight_pages;
+	acked = vb->hint.acked_pages;
+	spin_unlock(&vb->hint.lock);
+	return sysfs_emit(buf, "inflight:%lu acked:%lu\n", inflight, acked);
+}
+
+/* @_file is the sysfs name, @_field the struct vb_hint_settings member */
+#define VB_SYSFS_KNOB(_file, _field) {					\
+	.attr = __ATTR(_file, 0644, vb_sysfs_knob_show,			\
+		       vb_sysfs_knob_store),				\
+	.offset = offsetof(struct vb_hint_settings, _field),		\
+}
+
+/* @_file is the sysfs name, @_field the struct vb_hint_stats member */
+#define VB_SYSFS_COUNTER(_file, _field) {				\
+	.attr = __ATTR(_file, 0444, vb_sysfs_counter_show, NULL),	\
+	.offset = offsetof(struct vb_hint_stats, _field),		\
+}
+
+static struct vb_sysfs_knob vb_sysfs_knobs[6] = {
+	VB_SYSFS_KNOB(enabled, enabled),
+	VB_SYSFS_KNOB(min_order, min_order),
+	VB_SYSFS_KNOB(blocks_per_chain, blocks_per_chain),
+	VB_SYSFS_KNOB(chains_per_kick, chains_per_kick),
+	VB_SYSFS_KNOB(reserve_kb, reserve_kb),
+	VB_SYSFS_KNOB(drop_cache, drop_cache),
+};
+
+static struct vb_sysfs_counter vb_sysfs_counters[8] = {
+	VB_SYSFS_COUNTER(rounds, rounds),
+	VB_SYSFS_COUNTER(blocks_hinted, blocks_hinted),
+	VB_SYSFS_COUNTER(bytes_hinted, bytes_hinted),
+	VB_SYSFS_COUNTER(round_blocks, round_blocks),
+	VB_SYSFS_COUNTER(round_bytes, round_bytes),
+	VB_SYSFS_COUNTER(blocks_returned_early, blocks_returned_early),
+	VB_SYSFS_COUNTER(ring_full_waits, ring_full_waits),
+	VB_SYSFS_COUNTER(last_round_ns, last_round_ns),
+};
+
+static struct device_attribute vb_sysfs_attr_cmd_id =
+	__ATTR(cmd_id, 0444, vb_sysfs_cmd_id_show, NULL);
+static struct device_attribute vb_sysfs_attr_by_order =
+	__ATTR(blocks_by_order, 0444, vb_sysfs_by_order_show, NULL);
+static struct device_attribute vb_sysfs_attr_held =
+	__ATTR(held_pages, 0444, vb_sysfs_held_show, NULL);
+
+static struct attribute *vb_sysfs_attrs[] = {
+	&vb_sysfs_knobs[0].attr.attr,
+	&vb_sysfs_knobs[1].attr.attr,
+	&vb_sysfs_knobs[2].attr.attr,
+	&vb_sysfs_knobs[3].attr.attr,
+	&vb_sysfs_knobs[4].attr.attr,
+	&vb_sysfs_knobs[5].attr.attr,
+	&vb_sysfs_counters[0].attr.attr,
+	&vb_sysfs_counters[1].attr.attr,
+	&vb_sysfs_counters[2].attr.attr,
+	&vb_sysfs_counters[3].attr.attr,
+	&vb_sysfs_counters[4].attr.attr,
+	&vb_sysfs_counters[5].attr.attr,
+	&vb_sysfs_counters[6].attr.attr,
+	&vb_sysfs_counters[7].attr.attr,
+	&vb_sysfs_attr_cmd_id.attr,
+	&vb_sysfs_attr_by_order.attr,
+	&vb_sysfs_attr_held.attr,
+	NULL,
+};
+
+static const struct attribute_group vb_sysfs_group = {
+	.name = "free_page_hint",
+	.attrs = vb_sysfs_attrs,
+};
+
+int vb_sysfs_init(struct vb_device *vb)
+{
+	int err;
+
+	err = sysfs_create_group(&vb->vdev->dev.kobj, &vb_sysfs_group);
+	if (err)
+		return err;
+	vb->sysfs_registered = true;
+	return 0;
+}
+
+void vb_sysfs_exit(struct vb_device *vb)
+{
+	if (!vb->sysfs_registered)
+		return;
+	sysfs_remove_group(&vb->vdev->dev.kobj, &vb_sysfs_group);
+	vb->sysfs_registered = false;
+}
