@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Build the test guest's initramfs: busybox-static, the guest kernel's virtio
+# modules, both balloon drivers (in-tree and ours, chosen at boot with
+# hb.balloon=), the in-guest tools.  Usage: mk-initramfs.sh OUT.cpio.gz [OURS.ko]
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:?usage: mk-initramfs.sh OUT.cpio.gz [ours.ko]}
+ours=${2:-$top/guest/virtio_balloon.ko}
+kver=${KVER:-$("$top/scripts/guest-kver.sh")}
+mdir=/lib/modules/$kver/kernel
+say() { printf '[initramfs] %s\n' "$*"; }
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage"/{bin,sbin,dev,proc,sys,etc,hb,lib/hb/mod,lib/hb/intree,lib/hb/ours}
+cp /bin/busybox "$stage/bin/busybox"
+
+getko() { # module-name dest-dir
+	local f
+	f=$(find "$mdir" -name "$1.ko" -o -name "$1.ko.xz" -o -name "$1.ko.zst" | head -n1)
+	[ -n "$f" ] || { echo "module $1 not found for $kver" >&2; exit 1; }
+	case "$f" in
+	*.xz) xz -dc "$f" > "$2/$1.ko" ;;
+	*.zst) zstd -qdc "$f" > "$2/$1.ko" ;;
+	*) cp "$f" "$2/$1.ko" ;;
+	esac
+}
+# Load order: every module after its dependencies (modinfo -F depends).
+order=()
+add_with_deps() {
+	local m=$1 d f
+	case " ${order[*]} " in *" $m "*) return ;; esac
+	f=$(find "$mdir" -name "$m.ko*" | head -n1)
+	for d in $(modinfo -F depends "$f" | tr ',' ' '); do
+		add_with_deps "$d"
+	done
+	order+=("$m")
+}
+for m in virtio_pci virtio_balloon; do
+	add_with_deps $m
+done
+for m in "${order[@]}"; do
+	[ "$m" = virtio_balloon ] && continue
+	getko "$m" "$stage/lib/hb/mod"
+	echo "$m" >> "$stage/lib/hb/mod/order"
+done
+say "virtio modules: $(tr '\n' ' ' < "$stage/lib/hb/mod/order")"
+getko virtio_balloon "$stage/lib/hb/intree"
+if [ -f "$ours" ]; then
+	cp "$ours" "$stage/lib/hb/ours/virtio_balloon.ko"
+	say "our driver: $ours"
+else
+	say "our driver not built ($ours): hb.balloon=ours unavailable"
+fi
+
+gcc -static -O2 -Wall -Wextra -o "$stage/hb/hbwork" "$top/tests/guest/hbwork.c"
+install -m 0755 "$top/tests/guest/init" "$stage/init"
+cp "$top"/tests/guest/scenario-* "$stage/hb/"
+mkdir -p "$(dirname "$out")"
+(cd "$stage" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1) > "$out.tmp"
+mv "$out.tmp" "$out"
+say "wrote $out ($(du -k "$out" | cut -f1) KiB, kernel $kver)"

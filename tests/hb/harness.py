@@ -1,0 +1,566 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Boot-and-migrate harness for balloon-hint.
+
+One harness serves `make check`, `make demo` and `make bench`: nothing else
+in the project talks QMP.  It starts a source and a destination QEMU (TCG)
+through QEMU's own Python package (qemu.machine / qemu.qmp from the QEMU
+source tree), drives the guest over a command channel on its second serial
+port, migrates over a unix socket, and verifies the guest's data on the
+destination against checksums taken in the guest before migration.  The
+destination's console is scanned for kernel errors: a user-data checksum
+alone does not see kernel memory corruption.
+
+Every exit path (success, exception, timeout, Ctrl-C, even SIGKILL of the
+harness through PR_SET_PDEATHSIG) ends both QEMUs.
+"""
+
+import atexit
+import glob
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.path.join(TOP, "build")
+
+
+def _qemu_python():
+    """Locate QEMU's python/ directory (qemu.machine, qemu.qmp)."""
+    cands = sorted(glob.glob(os.path.join(BUILD, "src", "pristine", "qemu-*",
+                                          "python")))
+    if not cands:
+        raise RuntimeError("QEMU source tree not found under build/src; "
+                           "run scripts/build-qemu.sh first")
+    return cands[0]
+
+
+sys.path.insert(0, _qemu_python())
+from qemu.machine import QEMUMachine  # noqa: E402  pylint: disable=C0413
+
+STOCK_QEMU = "/usr/bin/qemu-system-x86_64"
+OUR_QEMU = os.path.join(BUILD, "qemu", "qemu-system-x86_64")
+FIRMWARE = ["/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu"]
+
+# Anything the destination kernel prints that means its memory is not what
+# the source's was.  A single match fails a migration test.
+KERNEL_ERROR_RE = re.compile(
+    r"(BUG:|kernel BUG|Oops|list_del corruption|list_add corruption|"
+    r"Kernel panic|general protection fault|WARNING: CPU|Bad page state|"
+    r"Bad page map|unable to handle|Unable to handle|slab.*corrupt|"
+    r"double fault|invalid opcode:|stack-protector|Corrupted low memory)")
+
+_LIVE = set()
+
+
+def _kill_all():
+    for vm in list(_LIVE):
+        vm.kill()
+
+
+def _on_signal(signum, _frame):
+    _kill_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+atexit.register(_kill_all)
+for _s in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(_s, _on_signal)
+
+
+def log(msg):
+    print(f"[harness {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr,
+          flush=True)
+
+
+class GuestError(Exception):
+    """The guest did not answer as expected."""
+
+
+class Guest:
+    """Command channel to the guest's /init loop on ttyS1."""
+
+    def __init__(self, path, dead_check=None):
+        self.path = path
+        self.dead_check = dead_check
+        self.sock = None
+        self.buf = b""
+        self.seq = 0
+
+    def connect(self, timeout=30):
+        deadline = time.time() + timeout
+        while True:
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(self.path)
+                self.sock = s
+                return
+            except OSError:
+                s.close()
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def close(self):
+        if self.sock:
+            self.sock.close()
+            self.sock = None
+
+    def run(self, cmd, timeout=120, check=True):
+        """Run a shell command in the guest; return (rc, output lines)."""
+        if not self.sock:
+            self.connect()
+        self.seq += 1
+        tag = f"c{self.seq}"
+        self.sock.sendall(f"{tag} {cmd}\n".encode())
+        out = []
+        deadline = time.time() + timeout
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                text = line.decode(errors="replace").rstrip("\r")
+                if text.startswith(tag + "| "):
+                    out.append(text[len(tag) + 2:])
+                elif text.startswith(f"HBEND {tag} "):
+                    rc = int(text.split()[2])
+                    if check and rc != 0:
+                        raise GuestError(f"guest command failed rc={rc}: "
+                                         f"{cmd}: {out}")
+                    return rc, out
+            left = deadline - time.time()
+            if left <= 0:
+                raise GuestError(f"guest command timed out: {cmd}")
+            self.sock.settimeout(min(left, 1.0))
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                why = self.dead_check() if self.dead_check else None
+                if why:
+                    raise GuestError(f"guest died during '{cmd}': {why}")
+                continue
+            if not data:
+                raise GuestError(f"guest channel closed during: {cmd}")
+            self.buf += data
+
+    def hbwork(self, args, timeout=300):
+        """Run hbwork; return the key=value fields of its HBWORK line."""
+        rc, out = self.run(f"hbwork {args}", timeout=timeout, check=False)
+        for line in out:
+            if line.startswith("HBWORK "):
+                fields = parse_kv(line)
+                fields["rc"] = rc
+                return fields
+        raise GuestError(f"no HBWORK line from 'hbwork {args}': {out}")
+
+
+def parse_kv(line):
+    """'HBWORK verb a=1 b=x' -> {'verb': 'verb', 'a': 1, 'b': 'x'}."""
+    parts = line.split()
+    res = {"verb": parts[1] if len(parts) > 1 else ""}
+    for p in parts[2:]:
+        if "=" in p:
+            k, v = p.split("=", 1)
+            try:
+                res[k] = int(v)
+            except ValueError:
+                try:
+                    res[k] = float(v)
+                except ValueError:
+                    res[k] = v
+    return res
+
+
+class VM:
+    """One QEMU process: a QEMUMachine plus the project's guest plumbing."""
+
+    def __init__(self, workdir, name, binary, mem_mib, balloon, hint,
+                 incoming=None, kernel=None, initrd=None, balloon_args="",
+                 device_props="", extra_args=(), smp=2):
+        self.name = name
+        self.workdir = workdir
+        self.console = os.path.join(workdir, f"{name}-console.log")
+        self.cmdsock = os.path.join(workdir, f"{name}-cmd.sock")
+        self.binary = binary
+        kernel = kernel or guest_kernel()
+        initrd = initrd or os.path.join(BUILD, "initramfs.cpio.gz")
+        append = (f"console=ttyS0 loglevel=5 panic=0 hb.balloon={balloon}")
+        if balloon_args:
+            append += f" hb.balloon_args={balloon_args.replace(' ', ',')}"
+        args = ["-accel", "tcg", "-nodefaults", "-no-user-config",
+                "-name", f"{name},debug-threads=on",
+                "-smp", str(smp), "-m", str(mem_mib),
+                "-kernel", kernel, "-initrd", initrd, "-append", append,
+                "-serial", f"file:{self.console}",
+                "-chardev", f"socket,id=hbcmd,path={self.cmdsock},"
+                            "server=on,wait=off",
+                "-serial", "chardev:hbcmd",
+                "-object", "iothread,id=hbio"]
+        if binary != STOCK_QEMU:
+            for fw in FIRMWARE:
+                args += ["-L", fw]
+        dev = "virtio-balloon-pci,id=balloon0"
+        if hint:
+            dev += ",free-page-hint=on,iothread=hbio"
+        if device_props:
+            dev += "," + device_props
+        args += ["-device", dev]
+        if incoming:
+            args += ["-incoming", incoming]
+        args += list(extra_args)
+        self.machine = QEMUMachine(
+            binary, args=args, name=name, base_temp_dir=workdir,
+            wrapper=["setpriv", "--pdeathsig", "KILL", "--"],
+            log_dir=workdir)
+        self.machine.set_machine("pc-i440fx-7.2")
+        self.guest = Guest(self.cmdsock, self._dead)
+
+    def launch(self):
+        self.machine.launch()
+        _LIVE.add(self)
+
+    def qmp(self, cmd, **kwargs):
+        return self.machine.cmd(cmd, **kwargs) if hasattr(
+            self.machine, "cmd") else self.machine.command(cmd, **kwargs)
+
+    def console_text(self):
+        try:
+            with open(self.console, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_console(self, pattern, timeout=180):
+        deadline = time.time() + timeout
+        rx = re.compile(pattern)
+        while time.time() < deadline:
+            m = rx.search(self.console_text())
+            if m:
+                return m
+            if not self.machine.is_running():
+                raise GuestError(f"{self.name}: QEMU exited "
+                                 f"({self.machine.exitcode()}); log: "
+                                 f"{self.machine.get_log()}")
+            time.sleep(0.2)
+        raise GuestError(f"{self.name}: '{pattern}' not on console after "
+                         f"{timeout}s")
+
+    def boot(self, timeout=180):
+        self.launch()
+        self.wait_console(r"HB READY", timeout)
+        self.guest.connect()
+
+    def _dead(self):
+        if not self.machine.is_running():
+            return f"QEMU exited ({self.machine.exitcode()})"
+        if re.search(r"Kernel panic|end trace|Oops", self.console_text()):
+            return "kernel panic/oops on console"
+        return None
+
+    def kernel_errors(self):
+        return [ln for ln in self.console_text().splitlines()
+                if KERNEL_ERROR_RE.search(ln)]
+
+    def kill(self):
+        self.guest.close()
+        try:
+            if self.machine.is_running():
+                self.machine.kill()
+            self.machine.shutdown(hard=True)
+        except Exception:  # pylint: disable=broad-except
+            pass
+        _LIVE.discard(self)
+
+    def shutdown(self):
+        self.guest.close()
+        try:
+            self.machine.shutdown(timeout=10)
+        except Exception:  # pylint: disable=broad-except
+            self.kill()
+        _LIVE.discard(self)
+
+    def cpu_seconds(self):
+        """User+system CPU seconds of this QEMU, by thread name."""
+        pid = self.machine.get_pid()
+        res = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for d in glob.glob(f"/proc/{pid}/task/*"):
+            try:
+                with open(f"{d}/comm") as f:
+                    comm = f.read().strip()
+                with open(f"{d}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()
+                res[comm] = res.get(comm, 0) + (int(st[11]) + int(st[12])) / tick
+            except OSError:
+                pass
+        return res
+
+
+def guest_kernel():
+    kver = subprocess.check_output(
+        [os.path.join(TOP, "scripts", "guest-kver.sh")], text=True).strip()
+    return f"/boot/vmlinuz-{kver}"
+
+
+def balloon_stats(vm):
+    """Our guest driver's hint counters (empty for the in-tree driver)."""
+    rc, out = vm.guest.run(
+        "for f in /sys/bus/virtio/devices/*/free_page_hint/*; do "
+        "[ -f $f ] && echo ${f##*/}=$(cat $f | tr ' ' ','); done",
+        check=False)
+    res = {}
+    for line in out if rc == 0 else []:
+        if "=" in line:
+            k, v = line.split("=", 1)
+            try:
+                res[k] = int(v)
+            except ValueError:
+                res[k] = v
+    return res
+
+
+WORKLOADS = ("fresh", "stale", "frag", "churn", "cache")
+
+
+class Scenario:
+    """What runs in the guest before, during and after a migration."""
+
+    def __init__(self, workload="stale", mem_mib=1024, keep_mib=24,
+                 hold_mib=16, stale_pct=75, churn_rate=64, settle=1.0,
+                 throttle_start_s=0.0, seed=None, ticker=True):
+        assert workload in WORKLOADS, workload
+        self.workload = workload
+        self.mem_mib = mem_mib
+        self.keep_mib = keep_mib
+        self.hold_mib = hold_mib
+        self.stale_pct = stale_pct
+        self.churn_rate = churn_rate
+        self.settle = settle
+        self.throttle_start_s = throttle_start_s
+        self.ticker = ticker
+        self.seed = seed if seed is not None else int(time.time()) & 0xffffff
+
+
+def prepare_guest(vm, sc, res):
+    g = vm.guest
+    stale = sc.mem_mib * sc.stale_pct // 100
+    if sc.workload in ("stale", "churn"):
+        # As a user's guest gets it: page cache full of data, then deleted.
+        res["fill"] = g.hbwork(f"keep /data/stale {stale} {sc.seed}")
+        g.run("rm /data/stale")
+    elif sc.workload == "frag":
+        # Half of the stale data stays resident in a tmpfs file with every
+        # other page punched out: the free memory is 4 KiB holes.
+        res["fill"] = g.hbwork(f"fill {stale // 3} {sc.seed}")
+        res["frag"] = g.hbwork(f"frag /data/frag {stale // 2}")
+    elif sc.workload == "cache":
+        # Clean page cache: a tmpfs file is not reclaimable, so use the
+        # initramfs' own files read many times plus anonymous stale data.
+        res["fill"] = g.hbwork(f"fill {stale // 2} {sc.seed}")
+    res["keep"] = g.hbwork(f"keep /data/keep {sc.keep_mib} {sc.seed}")
+    g.run(f"hbwork hold {sc.hold_mib} {sc.seed + 1} /tmp/hold.state "
+          "> /tmp/hold.out 2>&1 &")
+    deadline = time.time() + 60
+    while True:
+        _, out = g.run("cat /tmp/hold.state 2>/dev/null", check=False)
+        if out and out[0].startswith("HBWORK hold"):
+            res["hold"] = parse_kv(out[0])
+            break
+        if time.time() > deadline:
+            raise GuestError("hold daemon did not start")
+        time.sleep(0.2)
+    if sc.workload == "churn":
+        g.run(f"hbwork churn {sc.churn_rate} 0 64 > /tmp/churn.out 2>&1 &")
+    if sc.ticker:
+        # A live guest: re-check the kept data every 2 s, as the reporter's
+        # guest did.  Each pass allocates and frees memory.
+        g.run(f"while :; do hbwork verify /data/keep {sc.keep_mib} {sc.seed}"
+              " >> /tmp/ticker.out; sleep 2; done > /dev/null 2>&1 &")
+    res["meminfo_before"] = g.hbwork("meminfo")
+    time.sleep(sc.settle)
+
+
+def verify_guest(vm, sc, res):
+    """Verify on the destination; fill res['verify'] and return ok."""
+    g = vm.guest
+    v = {"bytes_verified": 0}
+    ok = True
+    if sc.workload == "churn":
+        g.run("kill -TERM $(pidof hbwork | tr ' ' '\\n' | while read p; do "
+              "grep -q churn /proc/$p/cmdline && echo $p; done) "
+              "2>/dev/null; sleep 1", check=False)
+        _, out = g.run("cat /tmp/churn.out", check=False)
+        churn = next((parse_kv(x) for x in out if x.startswith("HBWORK")),
+                     None)
+        v["churn"] = churn
+        if not churn or churn.get("ok") != 1:
+            ok = False
+        else:
+            v["bytes_verified"] += churn.get("verified_bytes", 0)
+    ver = g.hbwork(f"verify /data/keep {sc.keep_mib} {sc.seed}")
+    v["keep"] = ver
+    if ver.get("ok") != 1 or ver.get("sum") != res["keep"].get("sum"):
+        ok = False
+    else:
+        v["bytes_verified"] += sc.keep_mib << 20
+    pid = res["hold"]["pid"]
+    g.run(f"rm -f /tmp/hold.state; kill -USR1 {pid}")
+    hold = None
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        _, out = g.run("cat /tmp/hold.state 2>/dev/null", check=False)
+        if out and out[0].startswith("HBWORK holdcheck"):
+            hold = parse_kv(out[0])
+            break
+        time.sleep(0.2)
+    v["hold"] = hold
+    if not hold or hold.get("ok") != 1 or hold.get("sum") != res["hold"]["sum"]:
+        ok = False
+    else:
+        v["bytes_verified"] += sc.hold_mib << 20
+    # Walk the page allocator's free lists: corruption that the checksums
+    # above cannot see (struct page lists, slab) shows up here.
+    v["exercise"] = g.hbwork(f"pressure 50", timeout=300)
+    if v["exercise"].get("ok") != 1:
+        ok = False
+    _, dmesg = g.run("dmesg", check=False)
+    v["dmesg_errors"] = [ln for ln in dmesg if KERNEL_ERROR_RE.search(ln)]
+    res["verify"] = v
+    return ok
+
+
+def _wait_migration(src, timeout, on_tick=None):
+    deadline = time.time() + timeout
+    while True:
+        info = src.qmp("query-migrate")
+        st = info.get("status")
+        if st in ("completed", "failed", "cancelled"):
+            return info
+        if on_tick:
+            on_tick(info)
+        if time.time() > deadline:
+            src.qmp("migrate_cancel")
+            raise GuestError(f"migration not done after {timeout}s: {info}")
+        time.sleep(0.05)
+
+
+def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
+                 hint=False, scenario=None, workdir=None, balloon_args="",
+                 device_props="", timeout=600, keep_dirs=False,
+                 on_source_ready=None):
+    """Boot a source guest, prepare it, migrate it, verify it on the
+    destination.  Returns a JSON-able dict; never leaves a QEMU behind."""
+    sc = scenario or Scenario()
+    dst_bin = dst_bin or src_bin
+    own_dir = workdir is None
+    workdir = workdir or tempfile.mkdtemp(prefix="hb-mig-",
+                                          dir=os.path.join(BUILD, "tmp")
+                                          if os.path.isdir(
+                                              os.path.join(BUILD, "tmp"))
+                                          else None)
+    mig_sock = os.path.join(workdir, "mig.sock")
+    res = {"config": {"src": src_bin, "dst": dst_bin, "balloon": balloon,
+                      "hint": hint, "workload": sc.workload,
+                      "mem_mib": sc.mem_mib, "seed": sc.seed,
+                      "throttle_start_s": sc.throttle_start_s,
+                      "device_props": device_props,
+                      "balloon_args": balloon_args},
+           "ok": False, "data_intact": None, "kernel_errors": [],
+           "workdir": workdir}
+    common = dict(mem_mib=sc.mem_mib, balloon=balloon, hint=hint,
+                  balloon_args=balloon_args, device_props=device_props)
+    src = VM(workdir, "src", src_bin, **common)
+    dst = VM(workdir, "dst", dst_bin, incoming=f"unix:{mig_sock}", **common)
+    try:
+        t0 = time.time()
+        src.boot()
+        res["boot_s"] = round(time.time() - t0, 1)
+        prepare_guest(src, sc, res)
+        if on_source_ready:
+            on_source_ready(src, res)
+        dst.launch()
+        for vm in (src, dst):
+            vm.qmp("migrate-set-capabilities", capabilities=[
+                {"capability": "events", "state": True}])
+        bw_full = 10 << 30
+        bw = 1 << 20 if sc.throttle_start_s else bw_full
+        src.qmp("migrate-set-parameters", **{"max-bandwidth": bw,
+                                              "downtime-limit": 300})
+        hint_before = balloon_stats(src) if balloon == "ours" else {}
+        cpu0 = src.cpu_seconds()
+        t_mig = time.time()
+        src.qmp("migrate", uri=f"unix:{mig_sock}")
+        throttled = [bool(sc.throttle_start_s)]
+
+        def tick(_info):
+            if throttled[0] and time.time() - t_mig >= sc.throttle_start_s:
+                src.qmp("migrate-set-parameters",
+                        **{"max-bandwidth": bw_full})
+                throttled[0] = False
+        info = _wait_migration(src, timeout, tick)
+        cpu1 = src.cpu_seconds()
+        res["cpu_s"] = {k: round(cpu1.get(k, 0) - cpu0.get(k, 0), 3)
+                        for k in cpu1}
+        res["migration"] = info
+        res["status"] = info.get("status")
+        ram = info.get("ram", {})
+        res["transferred_mb"] = round(ram.get("transferred", 0) / 1e6, 1)
+        res["total_ms"] = info.get("total-time")
+        res["downtime_ms"] = info.get("downtime")
+        res["device_src"] = device_counters(src)
+        if res["status"] != "completed":
+            res["error"] = info.get("error-desc", res["status"])
+            return res
+        # The destination resumes by itself once the stream is complete.
+        deadline = time.time() + 60
+        while dst.qmp("query-status").get("status") != "running":
+            if time.time() > deadline:
+                raise GuestError("destination did not start running")
+            time.sleep(0.1)
+        res["dst_status"] = "running"
+        src.kill()
+        dst.guest.connect()
+        if balloon == "ours":
+            after = balloon_stats(dst)
+            res["guest_hint"] = after
+            res["guest_hint_before"] = hint_before
+        res["data_intact"] = verify_guest(dst, sc, res)
+        res["balloon_query"] = dst.qmp("query-balloon")
+        res["kernel_errors"] = (dst.kernel_errors() +
+                                res["verify"].get("dmesg_errors", []))
+        res["ok"] = bool(res["data_intact"] and not res["kernel_errors"])
+        return res
+    except GuestError as exc:
+        res["error"] = str(exc)
+        # A dead or oopsing destination is a kernel error too.
+        res["kernel_errors"] = res.get("kernel_errors") or dst.kernel_errors()
+        if res.get("status") == "completed":
+            res["data_intact"] = False
+        return res
+    finally:
+        src.kill()
+        dst.kill()
+        res["src_console_errors"] = src.kernel_errors()
+        if own_dir and not keep_dirs and res.get("ok"):
+            subprocess.call(["rm", "-rf", workdir])
+
+
+def device_counters(vm):
+    """Host-side hint counters from our QEMU (absent on stock)."""
+    try:
+        return vm.qmp("qom-get", path="/machine/peripheral/balloon0",
+                      property="free-page-hint-stats")
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def save_json(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True, default=str)
+    os.replace(path + ".tmp", path)
