@@ -24,7 +24,13 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 fi
 out=$top/build/$outname
 srcroot=$top/build/src
-mkdir -p "$srcroot" "$out"
+# Machine-wide cache shared by every clone: the fetched source, ccache, and
+# finished binaries keyed by the series hash.
+cache=${BH_CACHE:-/var/cache/balloon-hint}
+mkdir -p "$srcroot" "$out" "$cache"
+# One build at a time per tree.
+exec 9> "$top/build/.build-qemu.lock"
+flock 9
 
 cfg=(--target-list=x86_64-softmmu --disable-docs --disable-tools --disable-gtk
      --disable-sdl --disable-vnc --disable-opengl --disable-spice --disable-curses
@@ -40,15 +46,15 @@ key=$( { echo "$PINNED"; echo "${cfg[*]}";
 		 { grep -vE "^\s*(#|$)" "$series" || true; } | while read -r p; do cat "$top/host-qemu-patch/$p"; done
 	 fi; } | sha256sum | cut -c1-16)
 
-if [ -x "$out/qemu-system-x86_64" ] && [ "$(cat "$out/.key" 2>/dev/null)" = "$key" ]; then
-	say "up to date ($out/qemu-system-x86_64, key $key)"
-	exit 0
-fi
-
-# 1. Fetch and unpack the Debian source package (once per version).
+# 1. Fetch and unpack the Debian source package (once per version, cached).
 upver=${PINNED#*:}; upver=${upver%%-*}       # 7.2+dfsg
 pkgdir=$srcroot/qemu-${upver%%+*}              # qemu-7.2
 tarcache=$srcroot/pristine
+if [ ! -d "$tarcache/qemu-${upver%%+*}" ] && [ -d "$cache/pristine/qemu-${upver%%+*}" ]; then
+	say "source from cache $cache/pristine"
+	mkdir -p "$tarcache"
+	cp -a "$cache/pristine/." "$tarcache/"
+fi
 if [ ! -d "$tarcache/qemu-${upver%%+*}" ]; then
 	say "fetching Debian source qemu=$PINNED (apt-get source)"
 	rm -rf "$tarcache"; mkdir -p "$tarcache"
@@ -61,8 +67,26 @@ if [ ! -d "$tarcache/qemu-${upver%%+*}" ]; then
 	[ -n "$d" ] || die "no unpacked source in $tarcache"
 	[ "$d" = "$tarcache/qemu-${upver%%+*}" ] || mv "$d" "$tarcache/qemu-${upver%%+*}"
 	dpkg-parsechangelog -l "$tarcache/qemu-${upver%%+*}/debian/changelog" -S Version > "$tarcache/VERSION"
+	rm -rf "$cache/pristine"; mkdir -p "$cache/pristine"
+	cp -a "$tarcache/qemu-${upver%%+*}" "$tarcache/VERSION" "$cache/pristine/"
 fi
 say "source version $(cat "$tarcache/VERSION")"
+if [ ! -d "$cache/pristine/qemu-${upver%%+*}" ]; then
+	mkdir -p "$cache/pristine"
+	cp -a "$tarcache/qemu-${upver%%+*}" "$tarcache/VERSION" "$cache/pristine/"
+fi
+
+if [ -x "$out/qemu-system-x86_64" ] && [ "$(cat "$out/.key" 2>/dev/null)" = "$key" ]; then
+	say "up to date ($out/qemu-system-x86_64, key $key)"
+	exit 0
+fi
+if [ -x "$cache/bin/$key/qemu-system-x86_64" ]; then
+	install -m 0755 "$cache/bin/$key/qemu-system-x86_64" "$out/qemu-system-x86_64"
+	cp "$cache/bin/$key/VERSION" "$out/VERSION"
+	echo "$key" > "$out/.key"
+	say "from cache: $out/qemu-system-x86_64 ($(cat "$out/VERSION"), key $key)"
+	exit 0
+fi
 
 # 2. A fresh copy with the series applied in order.
 rm -rf "$pkgdir"
@@ -84,7 +108,7 @@ bdir=$pkgdir/build-$outname
 mkdir -p "$bdir"
 cc=gcc
 command -v ccache >/dev/null && cc="ccache gcc"
-export CCACHE_DIR=$top/build/ccache
+export CCACHE_DIR=$cache/ccache
 say "configure ${cfg[*]}"
 (cd "$bdir" && ../configure --cc="$cc" --host-cc=gcc "${cfg[@]}" > configure.log 2>&1) ||
 	{ tail -30 "$bdir/configure.log"; die "configure failed"; }
@@ -95,4 +119,6 @@ ninja -C "$bdir" qemu-system-x86_64 2>&1 | awk '/^\[/ { if (++n % 200 == 0) { pr
 install -m 0755 "$bdir/qemu-system-x86_64" "$out/qemu-system-x86_64"
 cp "$tarcache/VERSION" "$out/VERSION"
 echo "$key" > "$out/.key"
+mkdir -p "$cache/bin/$key"
+cp "$out/qemu-system-x86_64" "$out/VERSION" "$cache/bin/$key/"
 say "built $out/qemu-system-x86_64 ($(cat "$out/VERSION"), key $key)"

@@ -452,7 +452,7 @@ def _wait_migration(src, timeout, on_tick=None):
 def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                  hint=False, scenario=None, workdir=None, balloon_args="",
                  device_props="", timeout=600, keep_dirs=False,
-                 on_source_ready=None):
+                 on_source_ready=None, on_destination=None):
     """Boot a source guest, prepare it, migrate it, verify it on the
     destination.  Returns a JSON-able dict; never leaves a QEMU behind."""
     sc = scenario or Scenario()
@@ -525,6 +525,8 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         res["dst_status"] = "running"
         src.kill()
         dst.guest.connect()
+        if on_destination:
+            on_destination(dst, res)
         if balloon == "ours":
             after = balloon_stats(dst)
             res["guest_hint"] = after

@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: GPL-2.0
+# balloon-hint: top-level entry points.  `make demo` and `make check` do all
+# setup themselves (idempotent apt-get of named packages) on Debian 12.
+SHELL := /bin/bash
+PY := /usr/bin/python3
+INITRD := build/initramfs.cpio.gz
+KVER ?= $(shell scripts/guest-kver.sh 2>/dev/null)
+
+.PHONY: all setup qemu qemu-asan guest image lint check demo bench soak \
+	reliability qtests clean
+
+all: qemu guest image
+
+setup:
+	@bash scripts/setup.sh
+
+qemu: setup
+	@bash scripts/build-qemu.sh
+
+qemu-asan: setup
+	@SANITIZE=1 bash scripts/build-qemu.sh
+
+guest: setup
+	@$(MAKE) --no-print-directory -C guest KVER=$(shell scripts/guest-kver.sh)
+
+image: guest
+	@bash scripts/mk-initramfs.sh $(INITRD) guest/virtio_balloon.ko
+
+lint: setup qemu
+	@$(MAKE) --no-print-directory -C guest lint
+	@$(PY) tests/run.py --tag lint
+
+# All tests; the runner's last line is "N passed, N failed[, N skipped]".
+check: qemu image
+	@mkdir -p build/tmp
+	@$(PY) tests/run.py $(if $(TAG),--tag $(TAG)) $(if $(SANITIZE),--tag sanitize)
+
+# The long data-safety soak: every data-loss scenario 20 times in a row.
+soak: qemu image
+	@mkdir -p build/tmp
+	@REPEAT=$${REPEAT:-20} $(PY) tests/run.py --tag soak
+
+reliability: qemu image
+	@mkdir -p build/tmp
+	@$(PY) tests/run.py --tag reliability
+
+demo: qemu image
+	@mkdir -p build/tmp
+	@$(PY) scripts/demo.py
+
+bench: qemu image
+	@mkdir -p build/tmp
+	@$(PY) scripts/bench.py $(if $(QUICK),--quick)
+
+clean:
+	-@$(MAKE) --no-print-directory -C guest clean
+	rm -rf build
