@@ -126,6 +126,8 @@ struct vb_hint {
 	u32 cmd_id_active;
 	/* a previously used id, for the stale_id fault */
 	u32 cmd_id_previous;
+	/* DONE drain retries so far (worker only) */
+	unsigned int done_retries;
 	/* settings of the running round */
 	struct vb_hint_settings cur;
 	struct vb_compat_shrinker shrinker;

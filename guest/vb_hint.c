@@ -68,6 +68,8 @@
 /* how long DONE waits for in-flight chains before retrying later */
 #define VB_HINT_DONE_DRAIN_MS	2000
 #define VB_HINT_DONE_RETRY_MS	100
+/* DONE drains retried this often before blocks are left to remove/reset */
+#define VB_HINT_DONE_MAX_RETRIES	5
 /* how long a command buffer or a fault chain waits for ring space */
 #define VB_HINT_CMD_WAIT_MS	1000
 
@@ -536,13 +538,19 @@ static void vb_hint_done(struct vb_device *vb)
 
 	vb_hint_free_acked(vb, ULONG_MAX, false);
 
-	if (!drained && !test_bit(VB_HINT_F_STOPPING, &h->flags) &&
-	    !test_bit(VB_HINT_F_CMD_CHANGED, &h->flags)) {
-		dev_dbg(&vb->vdev->dev,
-			"hint: chains still in flight after DONE, retrying\n");
+	if (drained || test_bit(VB_HINT_F_STOPPING, &h->flags) ||
+	    test_bit(VB_HINT_F_CMD_CHANGED, &h->flags))
+		return;
+	if (h->done_retries < VB_HINT_DONE_MAX_RETRIES) {
+		h->done_retries++;
 		msleep(VB_HINT_DONE_RETRY_MS);
 		queue_work(h->wq, &h->work);
+		return;
 	}
+	/* the device keeps them: held until it returns them or is reset */
+	dev_warn_ratelimited(&vb->vdev->dev,
+			     "hint: %lu pages still in flight after DONE\n",
+			     READ_ONCE(h->inflight_pages));
 }
 
 static void vb_hint_work_fn(struct work_struct *work)
@@ -559,6 +567,7 @@ static void vb_hint_work_fn(struct work_struct *work)
 		vb_hint_done(vb);
 		return;
 	}
+	h->done_retries = 0;
 	if (id == VIRTIO_BALLOON_CMD_ID_STOP || id == h->cmd_id_active)
 		return;
 
