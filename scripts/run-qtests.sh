@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Build QEMU's own qtests from the patched source tree that
+# scripts/build-qemu.sh prepared (build/src/qemu-7.2/build-qemu) and run them
+# against our QEMU binary, under TCG: a private mount namespace hides /dev/kvm
+# (bind-mounts /dev/null over it), so every "kvm:tcg" falls back to TCG.
+#
+#   scripts/run-qtests.sh [--quick|--full|--build-only] [--baseline]
+#
+#   --quick       (default) qos-test restricted to the virtio-balloon graph
+#                 paths, qom-test, device-introspect-test (properties of
+#                 every device, including virtio-balloon-*)
+#   --full        --quick plus the whole migration-test (long under TCG)
+#   --build-only  build and stash the qtest binaries, run nothing
+#   --baseline    also run the same binaries against the unpatched Debian
+#                 build of the same QEMU version (/usr/bin/qemu-system-x86_64)
+#
+# Environment:
+#   HB_OUR_QEMU   binary under test (default build/qemu/qemu-system-x86_64)
+#   QTEST_TIMEOUT seconds per qtest binary (default 900; migration-test 3600)
+#
+# The qtest binaries are copied to build/qtests/bin (keyed by build-qemu's
+# .key) so a later rebuild of the tree by build-qemu.sh does not lose them.
+# Logs: build/results/qtests/<label>-<test>.log; summary in
+# build/results/qtests/summary.txt.  Exit status: non-zero if a qtest of our
+# binary failed.
+set -uo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+say() { printf '[qtests] %s\n' "$*"; }
+die() { printf '[qtests] ERROR: %s\n' "$*" >&2; exit 2; }
+
+mode=quick
+baseline=0
+for a in "$@"; do
+	case "$a" in
+	--quick) mode=quick ;;
+	--full) mode=full ;;
+	--build-only) mode=build ;;
+	--baseline) baseline=1 ;;
+	-h|--help) sed -n '2,/^set /p' "$0" | sed 's/^# \{0,1\}//;/^set /d'; exit 0 ;;
+	*) die "unknown argument $a" ;;
+	esac
+done
+
+ours=${HB_OUR_QEMU:-$top/build/qemu/qemu-system-x86_64}
+stock=/usr/bin/qemu-system-x86_64
+bdir=$top/build/src/qemu-7.2/build-qemu
+stash=$top/build/qtests
+logs=$top/build/results/qtests
+mkdir -p "$stash/bin" "$logs"
+
+targets=(tests/qtest/qos-test tests/qtest/qom-test
+	 tests/qtest/device-introspect-test tests/qtest/migration-test)
+
+# 1. Build (under build-qemu.sh's lock: it may rm -rf the tree otherwise).
+key=$(cat "$top/build/qemu/.key" 2>/dev/null || echo none)
+have=1
+for t in "${targets[@]}"; do [ -x "$stash/bin/${t##*/}" ] || have=0; done
+if [ "$have" = 1 ] && [ "$(cat "$stash/.key" 2>/dev/null)" = "$key" ]; then
+	say "qtest binaries up to date ($stash/bin, key $key)"
+else
+	exec 9> "$top/build/.build-qemu.lock"
+	say "waiting for build-qemu.sh's lock"
+	flock 9
+	key=$(cat "$top/build/qemu/.key" 2>/dev/null || echo none)
+	[ -f "$bdir/build.ninja" ] ||
+		die "$bdir not configured: run scripts/build-qemu.sh (a build served from its binary cache leaves no tree; remove build/qemu/.key to force one)"
+	# Check the target names this tree knows.
+	for t in "${targets[@]}"; do
+		ninja -C "$bdir" -t targets all 2>/dev/null | grep -q "^$t:" ||
+			die "ninja target $t unknown in $bdir (configure flags?)"
+	done
+	say "building ${targets[*]} in $bdir"
+	export CCACHE_DIR=${BH_CACHE:-/var/cache/balloon-hint}/ccache
+	ninja -C "$bdir" "${targets[@]}" > "$logs/build.log" 2>&1 ||
+		{ tail -30 "$logs/build.log"; die "qtest build failed (see $logs/build.log)"; }
+	for t in "${targets[@]}"; do install -m 0755 "$bdir/$t" "$stash/bin/"; done
+	echo "$key" > "$stash/.key"
+	flock -u 9
+	say "built; binaries in $stash/bin"
+fi
+[ "$mode" = build ] && exit 0
+
+# 2. A wrapper named *-system-x86_64 (libqtest takes the arch from the name)
+# that adds the firmware search paths our binary needs outside its tree.
+wrap() { # label binary
+	local d=$stash/wrap-$1
+	mkdir -p "$d"
+	cat > "$d/qemu-system-x86_64" <<EOF
+#!/bin/sh
+exec "$2" -L /usr/share/qemu -L /usr/share/seabios -L /usr/lib/ipxe/qemu "\$@"
+EOF
+	chmod +x "$d/qemu-system-x86_64"
+	echo "$d/qemu-system-x86_64"
+}
+
+# qos-test paths that go through virtio-balloon (graph of x86_64/pc).
+balloon_paths() { # qemu
+	QTEST_QEMU_BINARY=$1 "$stash/bin/qos-test" -l 2>/dev/null |
+		grep -E '^/.*virtio-balloon' || true
+}
+
+summary=$logs/summary.txt
+: > "$summary"
+fail=0
+
+run_one() { # label qemu name timeout cmd...
+	local label=$1 qemu=$2 name=$3 tmo=$4; shift 4
+	local log=$logs/$label-$name.log t0 rc
+	t0=$(date +%s)
+	unshare -m sh -c 'mount --bind /dev/null /dev/kvm && exec "$@"' sh \
+		env QTEST_QEMU_BINARY="$qemu" timeout -k 10 "$tmo" "$@" > "$log" 2>&1
+	rc=$?
+	local ok nok skip
+	ok=$(grep -c '^ok ' "$log")
+	nok=$(grep -c '^not ok ' "$log")
+	skip=$(grep -c '^ok .*# SKIP' "$log")
+	local line
+	line=$(printf '%-6s %-28s rc=%-3s ok=%-4s not_ok=%-3s skip=%-3s %4ss' \
+		"$label" "$name" "$rc" "$ok" "$nok" "$skip" "$(( $(date +%s) - t0 ))")
+	echo "$line" | tee -a "$summary"
+	if [ "$rc" != 0 ] || [ "$nok" != 0 ]; then
+		grep -E '^not ok |ERROR|Bail out' "$log" | head -5 | sed 's/^/    /'
+		return 1
+	fi
+	return 0
+}
+
+suite() { # label qemu
+	local label=$1 qemu=$2 rc=0 p args=()
+	# -p takes one path each; the virtio-balloon paths of the graph
+	while read -r p; do [ -n "$p" ] && args+=(-p "$p"); done < <(balloon_paths "$qemu")
+	[ ${#args[@]} -gt 0 ] || { echo "$label: no virtio-balloon path in qos-test -l" | tee -a "$summary"; rc=1; }
+	[ ${#args[@]} -gt 0 ] && { run_one "$label" "$qemu" qos-test-virtio-balloon "${QTEST_TIMEOUT:-900}" \
+		"$stash/bin/qos-test" --tap -k "${args[@]}" || rc=1; }
+	run_one "$label" "$qemu" qom-test "${QTEST_TIMEOUT:-900}" \
+		"$stash/bin/qom-test" --tap -k || rc=1
+	run_one "$label" "$qemu" device-introspect-test "${QTEST_TIMEOUT:-900}" \
+		"$stash/bin/device-introspect-test" --tap -k || rc=1
+	if [ "$mode" = full ]; then
+		run_one "$label" "$qemu" migration-test "${QTEST_TIMEOUT:-3600}" \
+			"$stash/bin/migration-test" --tap -k || rc=1
+	fi
+	return $rc
+}
+
+[ -x "$ours" ] || die "no QEMU at $ours"
+say "mode=$mode binary=$ours"
+suite ours "$(wrap ours "$ours")" || fail=1
+if [ "$baseline" = 1 ]; then
+	say "baseline: unpatched Debian build $stock"
+	suite stock "$stock" || true
+fi
+say "summary ($summary):"
+cat "$summary"
+[ "$fail" = 0 ] && say "PASS" || say "FAIL"
+exit $fail
