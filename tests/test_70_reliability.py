@@ -430,7 +430,7 @@ def test_back_and_forth_with_churn_3():
     _back_and_forth(3)
 
 
-@tag("reliability", "soak", "long")
+@tag("soak", "long")
 def test_back_and_forth_with_churn_10():
     """The same, ten times in a row."""
     _back_and_forth(10)

@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Compatibility (issue 7): {in-tree driver, our driver} x {stock QEMU, our
+QEMU}, and migration between stock and patched QEMU in both directions with
+the balloon's device state in the stream.
+
+Pairs with stock QEMU and hinting on are reference runs: stock 7.2's own
+data-loss bug under TCG applies, so their verdict is recorded
+(stock_runs/stock_losses) and not asserted.  Every other run must be
+intact."""
+from hb import harness
+from hb.harness import Scenario
+from hb.testlib import (CURRENT, assert_intact, migrate,
+                        tag)
+from test_70_reliability import MEM, Rig, held, need_ours, our_qemu
+
+FREE_PAGE_HINT_BIT = 3
+
+
+def _features(vm):
+    _, out = vm.guest.run("cat /sys/bus/virtio/devices/virtio0/features")
+    return out[0].strip()
+
+
+def _pair(driver, qemu):
+    if driver == "ours":
+        need_ours()
+    binary = harness.STOCK_QEMU if qemu == "stock" else our_qemu()
+    seen = {}
+
+    def negotiated(vm, _res):
+        seen["features"] = _features(vm)
+
+    res = migrate(f"compat-{driver}-{qemu}", src_bin=binary, balloon=driver,
+                  hint=True, scenario=Scenario("stale", mem_mib=MEM),
+                  on_source_ready=negotiated)
+    f = seen.get("features", "")
+    assert len(f) > FREE_PAGE_HINT_BIT and f[FREE_PAGE_HINT_BIT] == "1", \
+        f"FREE_PAGE_HINT not negotiated: features={f!r} ({res['workdir']})"
+    if qemu == "stock":
+        CURRENT.add("stock_runs")
+        if not res.get("ok"):
+            CURRENT.add("stock_losses")
+        print(f"    reference verdict {driver}/stock: ok={res.get('ok')} "
+              f"data_intact={res.get('data_intact')} "
+              f"kernel_errors={len(res.get('kernel_errors') or [])}")
+        assert res["status"] == "completed", res.get("error")
+        return res
+    assert_intact(res, f"{driver} driver on our QEMU")
+    c = res.get("device_src") or {}
+    assert c.get("cleared-pages", 0) > 0, f"host took no hint: {c}"
+    if driver == "ours":
+        g = res.get("guest_hint") or {}
+        assert g.get("bytes_hinted", 0) > 0, g
+        assert held(g) == 0, f"hinted blocks still held: {g}"
+    return res
+
+
+@tag("reliability", "compat")
+def test_compat_intree_driver_our_qemu():
+    _pair("intree", "ours")
+
+
+@tag("reliability", "compat")
+def test_compat_our_driver_our_qemu():
+    _pair("ours", "ours")
+
+
+@tag("reliability", "compat")
+def test_compat_intree_driver_stock_qemu_reference():
+    _pair("intree", "stock")
+
+
+@tag("reliability", "compat")
+def test_compat_our_driver_stock_qemu_reference():
+    _pair("ours", "stock")
+
+
+@tag("reliability", "compat")
+def test_cross_version_stock_to_ours_and_back_with_hinting():
+    """Device state with free-page-hint=on on both sides: boot on stock
+    QEMU (guest hinting disabled there, to keep clear of stock's bug),
+    migrate to our QEMU, enable hinting, migrate back to stock (our QEMU is
+    the source and takes the hints).  Data intact both ways; the stock
+    destination delivers DONE (nothing stays held)."""
+    need_ours()
+    knob = "/sys/bus/virtio/devices/virtio0/free_page_hint/enabled"
+    with Rig("x-hint", binary=harness.STOCK_QEMU) as rig:
+        rig.boot(prepare=False)
+        rig.vm.guest.run(f"echo 0 > {knob}")
+        rig.prepare()
+        rig.migrate(binary=our_qemu())
+        rig.verify("stock -> ours")
+        assert rig.vm.qmp("query-balloon")["actual"] == MEM << 20
+        rig.vm.guest.run(f"echo 1 > {knob}")
+        rig.migrate(binary=harness.STOCK_QEMU)
+        assert rig.hinted_pages() > 0, rig.last_counters
+        rig.verify("ours -> stock")
+        s = rig.stats()
+        assert s.get("bytes_hinted", 0) > 0 and held(s) == 0, s
+        assert rig.vm.qmp("query-balloon")["actual"] == MEM << 20
+
+
+@tag("reliability", "compat")
+def test_cross_version_stock_to_ours_and_back_without_hinting():
+    """The same with the in-tree driver and free-page-hint=off."""
+    with Rig("x-nohint", balloon="intree", hint=False,
+             binary=harness.STOCK_QEMU) as rig:
+        rig.boot()
+        rig.migrate(binary=our_qemu())
+        rig.verify("stock -> ours")
+        rig.migrate(binary=harness.STOCK_QEMU)
+        rig.verify("ours -> stock")
+
+
