@@ -181,7 +181,7 @@ class VM:
 
     def __init__(self, workdir, name, binary, mem_mib, balloon, hint,
                  incoming=None, kernel=None, initrd=None, balloon_args="",
-                 device_props="", extra_args=(), smp=2):
+                 device_props="", extra_args=(), smp=2, kernel_args=""):
         self.name = name
         self.workdir = workdir
         self.console = os.path.join(workdir, f"{name}-console.log")
@@ -192,6 +192,8 @@ class VM:
         append = (f"console=ttyS0 loglevel=5 panic=0 hb.balloon={balloon}")
         if balloon_args:
             append += f" hb.balloon_args={balloon_args.replace(' ', ',')}"
+        if kernel_args:
+            append += " " + kernel_args
         args = ["-accel", "tcg", "-nodefaults", "-no-user-config",
                 "-name", f"{name},debug-threads=on",
                 "-smp", str(smp), "-m", str(mem_mib),
