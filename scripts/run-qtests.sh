@@ -67,8 +67,9 @@ else
 	[ -f "$bdir/build.ninja" ] ||
 		die "$bdir not configured: run scripts/build-qemu.sh (a build served from its binary cache leaves no tree; remove build/qemu/.key to force one)"
 	# Check the target names this tree knows.
+	known=$(ninja -C "$bdir" -t targets all 2>/dev/null)
 	for t in "${targets[@]}"; do
-		ninja -C "$bdir" -t targets all 2>/dev/null | grep -q "^$t:" ||
+		grep -q "^$t:" <<< "$known" ||
 			die "ninja target $t unknown in $bdir (configure flags?)"
 	done
 	say "building ${targets[*]} in $bdir"
