@@ -368,6 +368,7 @@ static unsigned int vb_core_features[] = {
 	VIRTIO_BALLOON_F_FREE_PAGE_HINT,
 	VIRTIO_BALLOON_F_PAGE_POISON,
 	VIRTIO_BALLOON_F_REPORTING,
+	VIRTIO_BALLOON_F_HINT_HOLD,
 };
 
 static const struct virtio_device_id vb_core_id_table[] = {

@@ -39,6 +39,14 @@
 #define VIRTIO_BALLOON_F_PAGE_POISON 4
 /* Free page reporting virtqueue */
 #define VIRTIO_BALLOON_F_REPORTING 5
+/*
+ * balloon-hint extension (not in the virtio spec; bit 6 is claimed by the
+ * out-of-tree WAIT_ON_ACK RFC and bit 8 by crosvm, so 7): the driver never
+ * reuses a hinted page before the device has used the buffer that carried
+ * it.  A device may then also drop the dirty state the guest created while
+ * taking the page (allocation zeroing), see Documentation/data-safety.md.
+ */
+#define VIRTIO_BALLOON_F_HINT_HOLD 7
 
 /* PFNs on the inflate and deflate queues are in units of 4 KiB */
 #define VIRTIO_BALLOON_PFN_SHIFT 12
