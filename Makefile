@@ -7,7 +7,7 @@ INITRD := build/initramfs.cpio.gz
 KVER ?= $(shell scripts/guest-kver.sh 2>/dev/null)
 
 .PHONY: all setup qemu qemu-asan guest image lint check demo bench soak \
-	reliability qtests clean
+	reliability long clean
 
 all: qemu guest image
 
@@ -19,6 +19,12 @@ qemu: setup
 
 qemu-asan: setup
 	@SANITIZE=1 bash scripts/build-qemu.sh
+
+# make check SANITIZE=1: the hinting and fault tests against an ASan/UBSan
+# build of our QEMU.
+ifeq ($(SANITIZE),1)
+check: qemu-asan
+endif
 
 guest: setup
 	@$(MAKE) --no-print-directory -C guest KVER=$(shell scripts/guest-kver.sh)
@@ -33,7 +39,13 @@ lint: setup qemu
 # All tests; the runner's last line is "N passed, N failed[, N skipped]".
 check: qemu image
 	@mkdir -p build/tmp
-	@$(PY) tests/run.py $(if $(TAG),--tag $(TAG)) $(if $(SANITIZE),--tag sanitize)
+	@$(PY) tests/run.py $(if $(SANITIZE),--tag sanitize,$(if $(TAG),--tag $(TAG),--skip-tag long --skip-tag sanitize))
+
+# Long runs kept out of `make check`: the full QEMU migration-test, the ten
+# back-and-forth migrations.
+long: qemu image
+	@mkdir -p build/tmp
+	@$(PY) tests/run.py --tag long
 
 # The long data-safety soak: every data-loss scenario 20 times in a row.
 soak: qemu image
