@@ -50,7 +50,7 @@ long: qemu image
 # The long data-safety soak: every data-loss scenario 20 times in a row.
 soak: qemu image
 	@mkdir -p build/tmp
-	@REPEAT=$${REPEAT:-20} $(PY) tests/run.py --tag soak
+	@REPEAT=$${REPEAT:-20} $(PY) scripts/soak.py
 
 reliability: qemu image
 	@mkdir -p build/tmp

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""make soak: the data-loss scenarios on our QEMU, with the in-tree driver
+and ours, REPEAT times each (default 20), round-robin so that every
+scenario advances together.  Each run must complete with data intact and no
+kernel error on the destination; the tally is written to
+build/soak/soak.json after every run.  Ends with "N passed, N failed"."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "tests"))
+from hb import harness  # noqa: E402
+
+SCENARIOS = {
+    "normal": dict(workload="stale"),
+    "throttled": dict(workload="stale", throttle_start_s=2.0),
+    "churn": dict(workload="churn"),
+}
+
+
+def main():
+    repeat = int(os.environ.get("REPEAT", "20"))
+    cells = [(d, s) for d in ("intree", "ours") for s in SCENARIOS]
+    tally = {f"{d}/{s}": {"ok": 0, "failed": 0, "runs": []} for d, s in cells}
+    out = os.path.join(harness.BUILD, "soak", "soak.json")
+    t0 = time.time()
+    for i in range(repeat):
+        for d, s in cells:
+            key = f"{d}/{s}"
+            res = harness.migrate_once(
+                src_bin=harness.OUR_QEMU, balloon=d, hint=True,
+                scenario=harness.Scenario(**SCENARIOS[s]))
+            good = bool(res.get("ok"))
+            tally[key]["ok" if good else "failed"] += 1
+            tally[key]["runs"].append({
+                k: res.get(k) for k in ("ok", "transferred_mb", "total_ms",
+                                        "downtime_ms", "data_intact",
+                                        "kernel_errors", "error", "workdir")})
+            done = sum(v["ok"] + v["failed"] for v in tally.values())
+            harness.log(f"soak {i + 1}/{repeat} {key}: "
+                        f"{'ok' if good else 'FAILED'} "
+                        f"{res.get('transferred_mb')} MB; {done} runs, "
+                        f"{sum(v['failed'] for v in tally.values())} failed, "
+                        f"{time.time() - t0:.0f}s")
+            harness.save_json(out, {"repeat": repeat, "tally": tally,
+                                    "seconds": round(time.time() - t0)})
+    for key, v in tally.items():
+        print(f"{key}: {v['ok']} of {v['ok'] + v['failed']} intact")
+    passed = sum(v["ok"] for v in tally.values())
+    failed = sum(v["failed"] for v in tally.values())
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
