@@ -19,9 +19,9 @@
  *   hold MIB SEED STATEFILE    daemon: keep MIB MiB of seeded anonymous memory
  *                              resident; on SIGUSR1 verify it and write the
  *                              result line to STATEFILE
- *   frag PATH MIB              write a MIB MiB tmpfs file of stale data, then
- *                              punch out every other page: free memory left in
- *                              4 KiB holes
+ *   frag PATH MIB [HOLE_KB]    write a MIB MiB tmpfs file of stale data, then
+ *                              punch out every other HOLE_KB (default 4):
+ *                              free memory left in small holes
  *   churn MIB_S SECS [MIB]     allocate, write, verify and free memory at
  *                              MIB_S MiB/s for SECS seconds (0: until killed,
  *                              result on SIGTERM), within MIB MiB
@@ -232,9 +232,10 @@ static int cmd_hold(unsigned long mib, uint64_t seed, const char *state)
 	return 0;
 }
 
-static int cmd_frag(const char *path, unsigned long mib)
+static int cmd_frag(const char *path, unsigned long mib, unsigned long hole_kb)
 {
 	size_t len = mib * MIB;
+	size_t hole = hole_kb ? hole_kb * 1024 : PAGE;
 	uint64_t *buf = xmap(MIB);
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	size_t holes = 0;
@@ -248,13 +249,14 @@ static int cmd_frag(const char *path, unsigned long mib)
 		if (write(fd, buf, MIB) != (ssize_t)MIB)
 			return 2;
 	}
-	for (size_t off = 0; off < len; off += 2 * PAGE) {
+	for (size_t off = 0; off + hole <= len; off += 2 * hole) {
 		if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			      off, PAGE) == 0)
+			      off, hole) == 0)
 			holes++;
 	}
 	close(fd);
-	printf("HBWORK frag path=%s mib=%lu holes=%zu\n", path, mib, holes);
+	printf("HBWORK frag path=%s mib=%lu hole_kb=%zu holes=%zu\n", path, mib,
+	       hole / 1024, holes);
 	return 0;
 }
 
@@ -384,8 +386,8 @@ int main(int argc, char **argv)
 		return cmd_verify(argv[2], num(argv[3]), num(argv[4]));
 	if (!strcmp(c, "hold") && argc == 5)
 		return cmd_hold(num(argv[2]), num(argv[3]), argv[4]);
-	if (!strcmp(c, "frag") && argc == 4)
-		return cmd_frag(argv[2], num(argv[3]));
+	if (!strcmp(c, "frag") && argc >= 4)
+		return cmd_frag(argv[2], num(argv[3]), argc > 4 ? num(argv[4]) : 4);
 	if (!strcmp(c, "churn") && argc >= 4)
 		return cmd_churn(num(argv[2]), num(argv[3]),
 				 argc > 4 ? num(argv[4]) : 0);

@@ -356,10 +356,12 @@ def prepare_guest(vm, sc, res):
         res["fill"] = g.hbwork(f"keep /data/stale {stale} {sc.seed}")
         g.run("rm /data/stale")
     elif sc.workload == "frag":
-        # Half of the stale data stays resident in a tmpfs file with every
-        # other page punched out: the free memory is 4 KiB holes.
+        # Half of a tmpfs file of stale data stays resident, with every
+        # other 256 KiB punched out: much of the free memory is in holes
+        # far smaller than a 4 MiB block (orders 0-5, see buddyinfo).
         res["fill"] = g.hbwork(f"fill {stale // 3} {sc.seed}")
-        res["frag"] = g.hbwork(f"frag /data/frag {stale // 2}")
+        res["frag"] = g.hbwork(f"frag /data/frag {stale // 2} 256")
+        _, res["buddyinfo"] = g.run("cat /proc/buddyinfo")
     elif sc.workload == "cache":
         # Clean page cache: a tmpfs file is not reclaimable, so use the
         # initramfs' own files read many times plus anonymous stale data.
