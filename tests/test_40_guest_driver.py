@@ -209,23 +209,29 @@ def test_page_poison_rules():
 
 @tag("driver")
 def test_hint_round_counters_with_stock_qemu():
-    """One migration with stock QEMU: the driver answers the host's command,
-    hints multi-order blocks, counts them, and gets all of them back on
-    DONE.  (Stock QEMU itself loses data: only the driver is checked.)"""
-    _need_driver()
-    res = migrate("stock-ours-counters", balloon="ours", hint=True,
-                  scenario=harness.Scenario("stale"))
-    CURRENT.add("stock_runs")
-    if not res.get("ok"):
-        CURRENT.add("stock_losses")
-    if res.get("status") != "completed" or "guest_hint" not in res:
-        raise AssertionError(f"no completed migration: {res.get('error')}")
-    g = res["guest_hint"]
-    assert g["rounds"] >= 1, g
-    assert g["bytes_hinted"] >= 400 << 20, g
-    assert g["blocks_hinted"] == sum(
-        int(x.split(":")[1]) for x in g["blocks_by_order"].split(",")), g
-    assert g["held_pages"] == "inflight:0,acked:0", g
+    """With stock QEMU the driver answers the host's command, hints
+    multi-order blocks, counts them, and gets all of them back on DONE.
+    The migration goes to a throttled sink and is cancelled once the round
+    is over (stock sends DONE on cancel), so the stock destination bug does
+    not get in the way: everything is read in the running source guest."""
+    with _Guest(qemu="stock") as vm:
+        vm.guest.hbwork("fill 600 5")
+        free0 = _meminfo(vm)["free_kb"]
+        vm.qmp("migrate-set-parameters", **{"max-bandwidth": 4 << 20})
+        vm.qmp("migrate", uri="exec:cat > /dev/null")
+        g = _wait(lambda: (lambda st: st if st.get("rounds", 0) >= 1 and
+                           st.get("round_bytes", 0) > 0 and
+                           st.get("held_pages") == "inflight:0,acked:%d" %
+                           (st["bytes_hinted"] >> 12) else None)(_stats(vm)),
+                  60, "a finished hint round")
+        assert g["bytes_hinted"] >= 400 << 20, g
+        assert g["blocks_hinted"] == sum(
+            int(x.split(":")[1]) for x in g["blocks_by_order"].split(",")), g
+        vm.qmp("migrate_cancel")
+        _wait(lambda: _stats(vm).get("held_pages") == "inflight:0,acked:0",
+              60, "DONE to give every block back")
+        _wait(lambda: _meminfo(vm)["free_kb"] >= free0 - 16 * 1024, 60,
+              "MemFree back")
 
 
 @tag("driver")
