@@ -175,12 +175,24 @@ def _wait_migration_settled(src, timeout, on_tick=None):
 harness._wait_migration = _wait_migration_settled  # pylint: disable=W0212
 
 BW_MIB, BW_SLICE_S, BW_IDLE_SLICES = 16, 1, 3
+KERNEL_ERR_GRACE_S = 30
 
 
-def make_hooks(cell_wl, state):
+HINT_POLL = ("( d=$(ls -d /sys/bus/virtio/devices/*/free_page_hint | head -1);"
+             " while :; do echo \"R $(cut -d' ' -f1 /proc/uptime) $(cat "
+             "$d/rounds $d/last_round_ns $d/round_bytes | tr '\\n' ' ')\";"
+             " usleep 200000;"
+             " done ) > /tmp/hintpoll.out 2>&1 & echo $! > /tmp/hintpoll.pid")
+
+
+def make_hooks(cell_wl, balloon, state):
     """on_source_ready / on_destination hooks for one run."""
 
     def on_source_ready(vm, res):
+        if balloon == "ours":
+            # last_round_ns only keeps the last round; the first round of a
+            # migration is the one that hints everything, so watch it.
+            vm.guest.run(HINT_POLL, check=False)
         if cell_wl == "stale+bw":
             idle = []
             for _ in range(BW_IDLE_SLICES):
@@ -207,6 +219,10 @@ def make_hooks(cell_wl, state):
     def on_destination(dst, res):
         if "sampler" in state:
             res["cpu_s_sampled"] = state.pop("sampler").finish()
+        if balloon == "ours":
+            dst.guest.run("kill $(cat /tmp/hintpoll.pid)", check=False)
+            _, out = dst.guest.run("cat /tmp/hintpoll.out", check=False)
+            res["hint_poll"] = out[-400:]
         if cell_wl == "stale+bw":
             dst.guest.run("kill $(cat /tmp/bw.pid); sleep 1.5", check=False)
             _, out = dst.guest.run("cat /tmp/bw.out", check=False)
@@ -220,19 +236,36 @@ def run_one(cfg, wl, mem, rep, our_bin, seed):
     workload = "stale" if wl == "stale+bw" else wl
     sc = harness.Scenario(workload=workload, mem_mib=mem, seed=seed)
     state = {}
-    src_ready, on_dst = make_hooks(wl, state)
+    src_ready, on_dst = make_hooks(wl, balloon, state)
     # Watchdog: a guest corrupted by a bad migration can hang in the
     # verification for minutes (harness timeouts are up to 300 s per
     # command); end the QEMUs instead, which makes the harness return.
+    # The harness' own dead-guest check does not match every oops (e.g.
+    # "kernel BUG ... invalid opcode" without "Oops"), so a guest whose
+    # kernel broke can also sit there until a command times out: end it
+    # once a kernel error has stayed on a console for KERNEL_ERR_GRACE_S.
     limit = 240 + 60 * (mem // 1024)
     fired = []
+    stop = threading.Event()
 
     def watchdog():
-        fired.append(time.time())
-        for vm in list(harness._LIVE):  # pylint: disable=protected-access
-            vm.kill()
-    timer = threading.Timer(limit, watchdog)
-    timer.daemon = True
+        start, seen = time.time(), None
+        while not stop.wait(2):
+            live = list(harness._LIVE)  # pylint: disable=protected-access
+            why = None
+            if time.time() - start > limit:
+                why = f"watchdog: run exceeded {limit}s"
+            elif any(vm.kernel_errors() for vm in live):
+                seen = seen or time.time()
+                if time.time() - seen > KERNEL_ERR_GRACE_S:
+                    why = ("watchdog: kernel error on the console, guest "
+                           f"stuck for {KERNEL_ERR_GRACE_S}s")
+            if why:
+                fired.append(why)
+                for vm in live:
+                    vm.kill()
+                return
+    timer = threading.Thread(target=watchdog, daemon=True)
     timer.start()
     t0 = time.time()
     load0 = os.getloadavg()[0]
@@ -244,7 +277,8 @@ def run_one(cfg, wl, mem, rep, our_bin, seed):
     except Exception as exc:  # pylint: disable=broad-except
         res = {"ok": False, "status": "exception", "error": repr(exc)}
     finally:
-        timer.cancel()
+        stop.set()
+        timer.join(5)
     if "sampler" in state:   # on_destination was not reached
         res.setdefault("cpu_s_sampled", state.pop("sampler").finish())
     res["wall_s"] = round(time.time() - t0, 1)
@@ -255,9 +289,9 @@ def run_one(cfg, wl, mem, rep, our_bin, seed):
         res["downtime_ms"] = res["migration"].get("downtime")
     res["loadavg_start"] = load0
     if fired:
-        res["watchdog_s"] = limit
+        res["watchdog"] = fired[0]
         res["ok"] = False
-        res.setdefault("error", f"watchdog: run exceeded {limit}s")
+        res["error"] = f"{fired[0]} ({res.get('error')})"
     res["cell"] = {"config": cfg, "workload": wl, "mem_mib": mem, "rep": rep}
     return res
 
@@ -302,6 +336,10 @@ def figures(run):
                                     (ghb.get("bytes_hinted") or 0)) / 1e6, 1)
         if _num(gh.get("rounds")) is not None:
             f["hint_rounds"] = gh["rounds"] - (ghb.get("rounds") or 0)
+    rounds = hint_rounds_polled(run)
+    if rounds:
+        f["first_round_ms"] = round(rounds[0] / 1e6, 2)
+        f["max_round_ms"] = round(max(rounds) / 1e6, 2)
     dev = run.get("device_src")
     if isinstance(dev, dict) and "clear-ns" in dev:
         pages = (dev.get("hinted-bytes") or 0) / 4096
@@ -310,6 +348,7 @@ def figures(run):
         f["cleared_mb"] = round((dev.get("cleared-pages") or 0) * 4096 / 1e6,
                                 1)
         f["presend_wait_ms"] = dev.get("presend-wait-ms")
+        f["presend_timeouts"] = dev.get("presend-timeouts")
     idle = [x for x in run.get("bw_idle") or [] if _num(x)]
     if idle:
         f["bw_idle_mib_s"] = round(statistics.mean(idle), 1)
@@ -320,6 +359,28 @@ def figures(run):
             f["bw_slowdown_pct"] = round(
                 100 * (1 - min(during) / f["bw_idle_mib_s"]), 1)
     return f
+
+
+def hint_rounds_polled(run):
+    """Durations (ns) of the hint rounds completed during the migration,
+    from the in-guest poll of rounds/last_round_ns."""
+    last_ns = (run.get("guest_hint_before") or {}).get("last_round_ns")
+    out = []
+    for line in run.get("hint_poll") or []:
+        p = line.split()
+        if len(p) < 4 or p[0] != "R":
+            continue
+        try:
+            ns = int(p[3])
+        except ValueError:
+            continue
+        if ns and ns != last_ns:
+            out.append(ns)
+            last_ns = ns
+    gh = run.get("guest_hint") or {}
+    if gh.get("last_round_ns") and gh["last_round_ns"] != last_ns:
+        out.append(gh["last_round_ns"])
+    return out
 
 
 def bw_during(run):
@@ -357,9 +418,11 @@ FIGS = [
     ("cpu_main_s", "CPU main", "s", True),
     ("cpu_mig_s", "CPU migration", "s", True),
     ("cpu_io_s", "CPU iothread", "s", True),
-    ("hint_round_ms", "hint round", "ms", False),
+    ("first_round_ms", "first hint round", "ms", False),
+    ("hint_round_ms", "last hint round", "ms", False),
     ("hinted_mb", "hinted", "MB", False),
     ("host_ns_per_page", "host ns/4K page", "ns", False),
+    ("presend_wait_ms", "host pre-send wait", "ms", False),
     ("bw_idle_mib_s", "bw idle", "MiB/s", False),
     ("bw_worst_mib_s", "bw worst during", "MiB/s", False),
     ("bw_slowdown_pct", "bw slowdown", "%", False),
@@ -469,7 +532,12 @@ def make_table(results):
     lines.append("")
     lines.append("### Absolute values, median (min–max) — TCG timings")
     lines.append("")
-    lines.append("Hint round = our driver's `last_round_ns`; hinted = "
+    lines.append("First hint round = the first round completed during "
+                 "the migration (in-guest poll of `rounds`/`last_round_ns` "
+                 "every 200 ms); last hint round = `last_round_ns` after "
+                 "it; host pre-send wait = our QEMU's `presend-wait-ms` "
+                 "(how long RAM sending waited for the guest's first "
+                 "round, at most 2000 ms); hinted = "
                  "`bytes_hinted` during the migration (our driver only); "
                  "host ns/4K page = device `clear-ns` / (`hinted-bytes` / "
                  "4096) (our QEMU only); bw = `hbwork bandwidth 16 1` slices "

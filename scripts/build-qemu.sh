@@ -76,11 +76,18 @@ if [ ! -d "$cache/pristine/qemu-${upver%%+*}" ]; then
 	cp -a "$tarcache/qemu-${upver%%+*}" "$tarcache/VERSION" "$cache/pristine/"
 fi
 
-if [ -x "$out/qemu-system-x86_64" ] && [ "$(cat "$out/.key" 2>/dev/null)" = "$key" ]; then
+# BH_NEED_TREE=1: also leave a configured build tree (for QEMU's qtests),
+# even when the binary itself is up to date or cached.
+tree_ok=1
+if [ "${BH_NEED_TREE:-0}" = 1 ] &&
+   [ "$(cat "$pkgdir/build-$outname/.key" 2>/dev/null)" != "$key" ]; then
+	tree_ok=0
+fi
+if [ "$tree_ok" = 1 ] && [ -x "$out/qemu-system-x86_64" ] && [ "$(cat "$out/.key" 2>/dev/null)" = "$key" ]; then
 	say "up to date ($out/qemu-system-x86_64, key $key)"
 	exit 0
 fi
-if [ -x "$cache/bin/$key/qemu-system-x86_64" ]; then
+if [ "$tree_ok" = 1 ] && [ -x "$cache/bin/$key/qemu-system-x86_64" ]; then
 	install -m 0755 "$cache/bin/$key/qemu-system-x86_64" "$out/qemu-system-x86_64"
 	cp "$cache/bin/$key/VERSION" "$out/VERSION"
 	echo "$key" > "$out/.key"
@@ -117,6 +124,7 @@ ninja -C "$bdir" qemu-system-x86_64 2>&1 | awk '/^\[/ { if (++n % 200 == 0) { pr
 [ "${PIPESTATUS[0]}" = 0 ] || die "build failed"
 
 install -m 0755 "$bdir/qemu-system-x86_64" "$out/qemu-system-x86_64"
+echo "$key" > "$bdir/.key"
 cp "$tarcache/VERSION" "$out/VERSION"
 echo "$key" > "$out/.key"
 mkdir -p "$cache/bin/$key"

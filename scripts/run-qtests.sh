@@ -47,6 +47,7 @@ ours=${HB_OUR_QEMU:-$top/build/qemu/qemu-system-x86_64}
 stock=/usr/bin/qemu-system-x86_64
 bdir=$top/build/src/qemu-7.2/build-qemu
 stash=$top/build/qtests
+qcache=${BH_CACHE:-/var/cache/balloon-hint}/qtests
 logs=$top/build/results/qtests
 mkdir -p "$stash/bin" "$logs"
 
@@ -59,13 +60,22 @@ have=1
 for t in "${targets[@]}"; do [ -x "$stash/bin/${t##*/}" ] || have=0; done
 if [ "$have" = 1 ] && [ "$(cat "$stash/.key" 2>/dev/null)" = "$key" ]; then
 	say "qtest binaries up to date ($stash/bin, key $key)"
+elif [ -x "$qcache/$key/migration-test" ]; then
+	cp "$qcache/$key/"* "$stash/bin/"
+	echo "$key" > "$stash/.key"
+	say "qtest binaries from cache $qcache/$key"
 else
+	if [ "$(cat "$bdir/.key" 2>/dev/null)" != "$key" ]; then
+		# A binary served from the cache leaves no tree: make one.
+		say "no build tree for key $key: building it (scripts/build-qemu.sh)"
+		BH_NEED_TREE=1 bash "$top/scripts/build-qemu.sh" ||
+			die "scripts/build-qemu.sh failed"
+	fi
 	exec 9> "$top/build/.build-qemu.lock"
 	say "waiting for build-qemu.sh's lock"
 	flock 9
 	key=$(cat "$top/build/qemu/.key" 2>/dev/null || echo none)
-	[ -f "$bdir/build.ninja" ] ||
-		die "$bdir not configured: run scripts/build-qemu.sh (a build served from its binary cache leaves no tree; remove build/qemu/.key to force one)"
+	[ -f "$bdir/build.ninja" ] || die "$bdir not configured"
 	# Check the target names this tree knows.
 	known=$(ninja -C "$bdir" -t targets all 2>/dev/null)
 	for t in "${targets[@]}"; do
@@ -78,6 +88,7 @@ else
 		{ tail -30 "$logs/build.log"; die "qtest build failed (see $logs/build.log)"; }
 	for t in "${targets[@]}"; do install -m 0755 "$bdir/$t" "$stash/bin/"; done
 	echo "$key" > "$stash/.key"
+	mkdir -p "$qcache/$key" && cp "$stash/bin/"* "$qcache/$key/"
 	flock -u 9
 	say "built; binaries in $stash/bin"
 fi
