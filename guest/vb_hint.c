@@ -526,6 +526,25 @@ out_unlock:
 	mutex_unlock(&h->vq_lock);
 }
 
+/*
+ * Hinting disabled by its knob: answer the command at once with its id
+ * followed by STOP and no block, so that a host waiting for the round (our
+ * QEMU waits before sending RAM) does not wait for nothing.
+ */
+static void vb_hint_decline(struct vb_device *vb, u32 cmd_id)
+{
+	struct vb_hint *h = &vb->hint;
+
+	mutex_lock(&h->vq_lock);
+	if (!vb_hint_vq_dead(vb)) {
+		vb_hint_reap(vb);
+		h->cmd_id_active = cmd_id;
+		if (!vb_hint_send_cmd(vb, cmd_id))
+			vb_hint_send_cmd(vb, VIRTIO_BALLOON_CMD_ID_STOP);
+	}
+	mutex_unlock(&h->vq_lock);
+}
+
 /* DONE: every block goes back to mm once the device returned it */
 static void vb_hint_done(struct vb_device *vb)
 {
@@ -573,8 +592,10 @@ static void vb_hint_work_fn(struct work_struct *work)
 
 	/* knobs written from now on apply to the next round */
 	vb_sysfs_snapshot(vb, &h->cur);
-	if (!h->cur.enabled)
+	if (!h->cur.enabled) {
+		vb_hint_decline(vb, id);
 		return;
+	}
 	vb_hint_round(vb, id);
 }
 
