@@ -926,7 +926,14 @@ static void vb_fault_inject_round(struct vb_device *vb)
 
 	if (!f->dir)
 		return;
-	for (kind = 0; kind < VB_FAULT_NR; kind++) {
+	/*
+	 * stale_id goes last, just before STOP: a device treats a foreign
+	 * command id as the end of the round, so anything after it would be
+	 * counted as stale instead of by its own reason.
+	 */
+	for (int i = 0; i < VB_FAULT_NR; i++) {
+		kind = i < VB_FAULT_STALE_ID ? i :
+		       i == VB_FAULT_NR - 1 ? VB_FAULT_STALE_ID : i + 1;
 		if (!test_and_clear_bit(kind, &f->pending))
 			continue;
 		err = vb_fault_one(vb, kind);
