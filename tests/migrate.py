@@ -32,7 +32,8 @@ def main():
                                balloon=a.balloon, hint=a.hint, scenario=sc,
                                balloon_args=a.balloon_args,
                                device_props=a.device_props, keep_dirs=a.keep)
-    res.pop("migration", None) if not a.keep else None
+    if not a.keep:
+        res.pop("migration", None)
     print(json.dumps(res, indent=1, default=str))
     return 0 if res["ok"] else 1
 
