@@ -36,8 +36,8 @@ def _bars(ax, summ, fig, scale, mem, ylabel, title):
         return False
     width = 0.8 / max(1, len(cfgs))
     ymax = 0
-    for s in summ.values():
-        v = s["completed"].get(fig)
+    for k, s in summ.items():
+        v = s["completed"].get(fig) if k[1] == mem else None
         if v:
             ymax = max(ymax, v[2] * scale)
     for j, cfg in enumerate(cfgs):
