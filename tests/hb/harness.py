@@ -260,8 +260,11 @@ class VM:
     def _dead(self):
         if not self.machine.is_running():
             return f"QEMU exited ({self.machine.exitcode()})"
-        if re.search(r"Kernel panic|end trace|Oops", self.console_text()):
-            return "kernel panic/oops on console"
+        errs = self.kernel_errors()
+        if errs:
+            # Any kernel error fails the run anyway: do not wait for a
+            # guest that may be hung behind it.
+            return f"kernel error on console: {errs[0][:120]}"
         return None
 
     def kernel_errors(self):
@@ -443,6 +446,10 @@ def _wait_migration(src, timeout, on_tick=None):
     while True:
         info = src.qmp("query-migrate")
         st = info.get("status")
+        if st == "completed" and "total-time" not in info:
+            # 7.2 reports completed a moment before it fills in the times
+            time.sleep(0.02)
+            continue
         if st in ("completed", "failed", "cancelled"):
             return info
         if on_tick:
@@ -541,8 +548,9 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                                 res["verify"].get("dmesg_errors", []))
         res["ok"] = bool(res["data_intact"] and not res["kernel_errors"])
         return res
-    except GuestError as exc:
-        res["error"] = str(exc)
+    except Exception as exc:  # pylint: disable=broad-except
+        # GuestError, or QMP cut off (a QEMU that died): keep the record.
+        res["error"] = f"{type(exc).__name__}: {exc}"
         # A dead or oopsing destination is a kernel error too.
         res["kernel_errors"] = res.get("kernel_errors") or dst.kernel_errors()
         if res.get("status") == "completed":
