@@ -13,7 +13,6 @@ prints progress, writes build/results/check.json and ends with the line
 """
 import argparse
 import importlib.util
-import json
 import os
 import sys
 import time

@@ -432,7 +432,7 @@ def verify_guest(vm, sc, res):
         v["bytes_verified"] += sc.hold_mib << 20
     # Walk the page allocator's free lists: corruption that the checksums
     # above cannot see (struct page lists, slab) shows up here.
-    v["exercise"] = g.hbwork(f"pressure 50", timeout=300)
+    v["exercise"] = g.hbwork("pressure 50", timeout=300)
     if v["exercise"].get("ok") != 1:
         ok = False
     _, dmesg = g.run("dmesg", check=False)
