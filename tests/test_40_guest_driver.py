@@ -181,13 +181,6 @@ def test_free_page_reporting_returns_memory_to_host():
         CURRENT.facts["reporting_rss_drop_mb"] = (high - low) // 1024
 
 
-def _features(vm):
-    _, feats = vm.guest.run("for d in /sys/bus/virtio/devices/*; do "
-                            "[ $(cat $d/device) = 0x0005 ] && cat $d/features;"
-                            " done")
-    return feats[0]
-
-
 @tag("driver")
 def test_page_poison_rules():
     """PAGE_POISON is kept only when the guest poisons free pages
@@ -195,15 +188,15 @@ def test_page_poison_rules():
     in-tree, without poisoning the bit is dropped and reporting stays."""
     props = "free-page-reporting=on,page-poison=on"
     with _Guest(props=props, hint=False) as vm:
-        f = _features(vm)
+        f = harness.balloon_features(vm)
         assert f[4] == "0" and f[5] == "1", f
     with _Guest(props=props, hint=False, kernel_args="page_poison=1") as vm:
-        f = _features(vm)
+        f = harness.balloon_features(vm)
         assert f[4] == "1" and f[5] == "1", f
     # Poisoning on, but the device cannot keep poison: no reporting.
     with _Guest(props="free-page-reporting=on,page-poison=off", hint=False,
                 kernel_args="page_poison=1") as vm:
-        f = _features(vm)
+        f = harness.balloon_features(vm)
         assert f[4] == "0" and f[5] == "0", f
 
 

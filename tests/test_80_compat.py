@@ -16,11 +16,6 @@ from test_70_reliability import MEM, Rig, held, need_ours, our_qemu
 FREE_PAGE_HINT_BIT = 3
 
 
-def _features(vm):
-    _, out = vm.guest.run("cat /sys/bus/virtio/devices/virtio0/features")
-    return out[0].strip()
-
-
 def _pair(driver, qemu):
     if driver == "ours":
         need_ours()
@@ -28,7 +23,7 @@ def _pair(driver, qemu):
     seen = {}
 
     def negotiated(vm, _res):
-        seen["features"] = _features(vm)
+        seen["features"] = harness.balloon_features(vm)
 
     res = migrate(f"compat-{driver}-{qemu}", src_bin=binary, balloon=driver,
                   hint=True, scenario=Scenario("stale", mem_mib=MEM),

@@ -329,6 +329,15 @@ def balloon_stats(vm):
     return res
 
 
+def balloon_features(vm):
+    """The balloon's negotiated feature bits, as the guest's sysfs shows
+    them (a string of '0'/'1', bit 0 first)."""
+    _, out = vm.guest.run("for d in /sys/bus/virtio/devices/*; do "
+                          "[ $(cat $d/device) = 0x0005 ] && cat $d/features;"
+                          " done")
+    return out[0].strip()
+
+
 WORKLOADS = ("fresh", "stale", "frag", "churn", "cache")
 
 
@@ -443,12 +452,15 @@ def verify_guest(vm, sc, res):
 
 def _wait_migration(src, timeout, on_tick=None):
     deadline = time.time() + timeout
+    settle = 0
     while True:
         info = src.qmp("query-migrate")
         st = info.get("status")
-        if st == "completed" and "total-time" not in info:
-            # 7.2 reports completed a moment before it fills in the times
-            time.sleep(0.02)
+        if st == "completed" and not info.get("total-time") and settle < 40:
+            # 7.2 sets status=completed before it computes total-time and
+            # downtime (migration_calculate_complete()): re-read.
+            settle += 1
+            time.sleep(0.05)
             continue
         if st in ("completed", "failed", "cancelled"):
             return info
