@@ -10,6 +10,7 @@
 #define VB_COMPAT_H
 
 #include <linux/mmzone.h>
+#include <linux/mm.h>
 #include <linux/shrinker.h>
 #include <linux/page_reporting.h>
 
@@ -99,6 +100,16 @@ static inline void *vb_compat_shrinker_priv(struct shrinker *s)
 	return container_of(s, struct vb_compat_shrinker, s)->priv;
 }
 #endif
+
+/*
+ * Order of a free buddy block (PageBuddy() true, zone->lock held): kept in
+ * page_private() of its first page by mm/page_alloc.c (buddy_order() in
+ * mm/internal.h, which modules cannot include).  Unchanged from 4.x to 6.x.
+ */
+static inline unsigned int vb_compat_buddy_order(struct page *page)
+{
+	return page_private(page);
+}
 
 /* page_reporting_dev_info.order exists since 5.14 */
 static inline void vb_compat_pr_set_order(struct page_reporting_dev_info *pr,

@@ -38,6 +38,9 @@
 /* Hinting: orders are buddy orders, 0 .. VB_HINT_MAX_ORDER */
 #define VB_HINT_MAX_ORDER	VB_MAX_BUDDY_ORDER
 #define VB_HINT_NR_ORDERS	(VB_HINT_MAX_ORDER + 1)
+/* Scan mode: PFNs examined per hold of zone->lock, largest merged range */
+#define VB_HINT_SCAN_PFNS_PER_LOCK	1024UL
+#define VB_HINT_SCAN_MAX_RANGE		(1UL << (30 - PAGE_SHIFT))
 /* Upper bounds of the batching knobs */
 #define VB_HINT_MAX_BPC		64
 #define VB_HINT_MAX_CPK		256
@@ -62,9 +65,21 @@ enum vb_fault {
 	VB_FAULT_NR,
 };
 
+/*
+ * How a round finds free memory (see the design comment in vb_hint.c):
+ * scan reports free buddy blocks where they are, alloc takes them from the
+ * allocator and holds them until DONE.
+ */
+enum vb_hint_mode {
+	VB_HINT_MODE_SCAN,
+	VB_HINT_MODE_ALLOC,
+	VB_HINT_NR_MODES,
+};
+
 /* Knobs of the hint engine; validated on write, copied at round start */
 struct vb_hint_settings {
 	unsigned int enabled;
+	unsigned int mode;
 	unsigned int min_order;
 	unsigned int blocks_per_chain;
 	unsigned int chains_per_kick;
@@ -76,6 +91,7 @@ struct vb_hint_settings {
 struct vb_hint_stats {
 	u64 rounds;
 	u64 blocks_hinted;
+	u64 ranges_hinted;
 	u64 bytes_hinted;
 	u64 round_blocks;
 	u64 round_bytes;
@@ -98,6 +114,27 @@ struct vb_hint_chain {
 	unsigned long nr_pages;
 	unsigned int nr_blocks;
 	__virtio32 cmd;
+};
+
+/*
+ * Scan mode state of the running round (worker only).  Free blocks found
+ * next to each other are merged into the open range; closed ranges wait in
+ * r_pfn/r_nr until a chain is queued.  by_order counts follow the blocks:
+ * open_by_order for the open range, pend_by_order for the closed ranges.
+ */
+struct vb_hint_scan {
+	unsigned long start;
+	unsigned long nr;
+	unsigned long open_blocks;
+	unsigned long r_pfn[VB_HINT_MAX_BPC];
+	unsigned long r_nr[VB_HINT_MAX_BPC];
+	unsigned long pend_blocks;
+	unsigned int n;
+	unsigned int max;
+	/* the section of this pfn and below is known online */
+	unsigned long online_end;
+	u64 open_by_order[VB_HINT_NR_ORDERS];
+	u64 pend_by_order[VB_HINT_NR_ORDERS];
 };
 
 struct vb_hint {
@@ -134,6 +171,7 @@ struct vb_hint {
 	bool shrinker_registered;
 	/* scratch scatterlist of the worker (under vq_lock) */
 	struct scatterlist sg[VB_HINT_MAX_BPC];
+	struct vb_hint_scan scan;
 	struct vb_hint_stats stats;
 };
 
@@ -209,6 +247,7 @@ int vb_oom_register(struct vb_device *vb);
 void vb_oom_unregister(struct vb_device *vb);
 
 /* vb_hint.c */
+bool vb_hint_mode_allowed(struct vb_device *vb, unsigned int mode);
 int vb_hint_init(struct vb_device *vb);
 void vb_hint_exit(struct vb_device *vb);
 void vb_hint_attach_vq(struct vb_device *vb, struct virtqueue *vq);
@@ -233,6 +272,7 @@ void vb_report_unregister(struct vb_device *vb);
 int vb_sysfs_init(struct vb_device *vb);
 void vb_sysfs_exit(struct vb_device *vb);
 void vb_sysfs_snapshot(struct vb_device *vb, struct vb_hint_settings *out);
-int vb_sysfs_validate(const struct vb_hint_settings *s, unsigned int ring_size);
+int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb);
+int vb_sysfs_parse_mode(const char *str);
 
 #endif /* VB_H */

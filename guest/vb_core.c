@@ -18,12 +18,16 @@
  *  - DEFLATE_ON_OOM: an OOM notifier deflates 256 balloon pages per call;
  *    without it, ballooned pages are removed from the managed page count.
  *  - FREE_PAGE_HINT: during migration the host asks for free memory by
- *    writing a command id; we allocate free blocks and hand them to the
- *    host, hold them until it says DONE (vb_hint.c).  This is where the
- *    driver differs from the in-tree one: multi-order blocks, several
- *    blocks per descriptor chain, no spinning on a full ring, a headroom
- *    reserve, and blocks are only returned to the allocator after the
- *    device has used the descriptor that carried them.
+ *    writing a command id; we tell it which guest memory is free
+ *    (vb_hint.c).  Two hint modes: "scan" (default) reads the buddy
+ *    allocator's free blocks where they are and reports them, merged into
+ *    ranges, without taking them: nothing is allocated, zeroed or held.
+ *    "alloc" takes free blocks from the allocator, as the in-tree driver
+ *    does, and holds them until the host says DONE (used when the guest
+ *    poisons or zeroes free pages, where scan is not allowed).  Both go
+ *    down to min_order, put several blocks in a descriptor chain, never
+ *    spin on a full ring; alloc keeps a headroom reserve and returns a
+ *    block only after the device has used the descriptor that carried it.
  *  - PAGE_POISON / REPORTING: free page reporting through mm/page_reporting
  *    with the in-tree page-poison rules (vb_report.c).
  *
@@ -33,8 +37,10 @@
  *    actual and the PFN arrays.  A guest page is VB_PAGES_PER_PAGE balloon
  *    pages; every counter of the inflate code is in balloon pages.
  *  - hint blocks: 2^order guest pages, order in [min_order, MAX_ORDER - 1]
- *    (buddy order, 10 = 4 MiB on x86-64).  Hint counters count blocks and
- *    bytes; reserve_kb is in KiB.
+ *    (buddy order, 10 = 4 MiB on x86-64).  A hint range (one descriptor)
+ *    is one block (alloc) or adjacent free blocks merged, up to 1 GiB
+ *    (scan).  Hint counters count blocks, ranges and bytes; reserve_kb is
+ *    in KiB.
  *  - command ids: 32-bit, host-issued ids are >= 0x80000000; 0 = STOP,
  *    1 = DONE.
  *
@@ -63,10 +69,15 @@ static bool hint_enabled = true;
 module_param(hint_enabled, bool, 0444);
 MODULE_PARM_DESC(hint_enabled, "Answer free page hint requests (default: 1)");
 
-static uint hint_min_order = 5;
+static char *hint_mode = "auto";
+module_param(hint_mode, charp, 0444);
+MODULE_PARM_DESC(hint_mode,
+		 "How free memory is found: scan, alloc, or auto = scan unless free pages are poisoned or zeroed on free (default: auto)");
+
+static uint hint_min_order;
 module_param(hint_min_order, uint, 0444);
 MODULE_PARM_DESC(hint_min_order,
-		 "Smallest buddy order hinted, 0..MAX_ORDER-1 (default: 5)");
+		 "Smallest buddy order hinted, 0..MAX_ORDER-1 (default: 0)");
 
 static uint hint_blocks_per_chain = 16;
 module_param(hint_blocks_per_chain, uint, 0444);
@@ -104,6 +115,7 @@ static int vb_core_check_params(void)
 {
 	struct vb_hint_settings s = {
 		.enabled = hint_enabled,
+		.mode = vb_sysfs_parse_mode(hint_mode),
 		.min_order = hint_min_order,
 		.blocks_per_chain = hint_blocks_per_chain,
 		.chains_per_kick = hint_chains_per_kick,
@@ -111,7 +123,7 @@ static int vb_core_check_params(void)
 		.drop_cache = hint_drop_cache,
 	};
 
-	if (vb_sysfs_validate(&s, 0)) {
+	if (vb_sysfs_validate(&s, NULL)) {
 		pr_err("virtio_balloon: invalid hint_* module parameter\n");
 		return -EINVAL;
 	}
@@ -358,6 +370,14 @@ static int vb_core_validate(struct virtio_device *vdev)
 	 */
 	__virtio_clear_bit(vdev, VIRTIO_RING_F_INDIRECT_DESC);
 	__virtio_clear_bit(vdev, VIRTIO_F_ACCESS_PLATFORM);
+
+	/*
+	 * HINT_HOLD promises that hinted pages stay untouched until their
+	 * buffer is used; only alloc mode holds them.  Decided once, here:
+	 * a device that negotiated it refuses a later switch to scan.
+	 */
+	if (vb_core_defaults.mode != VB_HINT_MODE_ALLOC)
+		__virtio_clear_bit(vdev, VIRTIO_BALLOON_F_HINT_HOLD);
 	return 0;
 }
 

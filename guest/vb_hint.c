@@ -5,36 +5,59 @@
  * Protocol: the host writes a command id (>= 0x80000000) to config space
  * and raises a config interrupt.  A round then is:
  *
- *   outbuf(cmd id)  inbuf(block, block, ...)  ...  outbuf(STOP)
+ *   outbuf(cmd id)  inbuf(range, range, ...)  ...  outbuf(STOP)
  *
- * The round ends when we run out of free memory (down to the reserve) or
- * the host changes the id (STOP or a new id).  Hinted blocks are held until
- * the host writes DONE, then given back to the page allocator.
+ * The round ends when we have reported all free memory or the host
+ * changes the id (STOP or a new id).  DONE ends hinting for the migration.
  *
- * Differences from the in-tree driver:
- *  - multi-order: blocks are allocated from order MAX_ORDER - 1 down to
- *    min_order without reclaim, so fragmented free memory is hinted too;
- *  - batching: up to blocks_per_chain blocks per descriptor chain and
- *    chains_per_kick chains per notification;
- *  - a full ring is waited on (vq callback, 10 ms poll), never spun on, and
- *    no allocated block is ever dropped unsent;
- *  - headroom: allocation stops reserve_kb above zero free memory;
- *  - data safety: a block is handed back to the allocator only after the
- *    device has used the descriptor chain that carried it.
+ * Two modes find the free memory (knob "mode", module parameter hint_mode):
  *
- * Data safety.  The spec allows the driver to reuse a hinted page before
- * the device used the descriptor.  A device that acts on a hint late (it
- * clears the page's dirty bit, or discards it) could then lose data the
- * guest wrote after reusing the page.  So every chain is tracked: its
- * blocks are "in flight" (hint.inflight) until virtqueue_get_buf() returns
- * the chain, then "acked" (hint.acked).  Only acked blocks go back to mm
- * (shrinker, DONE).  On remove/freeze the device is reset first; after a
- * reset it uses no buffer, so every block may be freed.
+ * scan (default).  Walk the PFNs of every populated zone and report the
+ * free buddy blocks (PageBuddy, order in page_private) of order >=
+ * min_order, reading them under zone->lock, VB_HINT_SCAN_PFNS_PER_LOCK
+ * PFNs per hold.  Adjacent free blocks are merged into one range (one
+ * descriptor, up to 1 GiB).  The blocks stay in the allocator: nothing is
+ * allocated, zeroed, or held, so a round costs a read of the memmap (a
+ * free block of any order is stepped over at once), puts no pressure on
+ * the guest, needs no headroom, and finds free memory down to order 0.
+ * The allocating driver pays for zeroing every block it takes
+ * (init_on_alloc, default on in Debian) and, in never-touched memory, for
+ * the host populating it: about 1 s per GiB under TCG.
+ *
+ *   Why it is safe.  The virtio spec (free page hinting) lets a driver
+ *   reuse a hinted page at any time, even before the device used the
+ *   buffer, and requires the device to preserve any write the guest makes
+ *   to a hinted page after the device issued the command id.  A block we
+ *   report was free when we read it under zone->lock, after we had read
+ *   the command id, so after the device issued it: what the page held is
+ *   dead, and every later write is the device's to keep (our QEMU series
+ *   and stock QEMU both stop taking hints before each dirty bitmap sync
+ *   and issue a new id after it; Documentation/data-safety.md).  What scan
+ *   cannot keep is a free page's content, so it is refused when the guest
+ *   relies on that: page poisoning or init_on_free (alloc is used, and the
+ *   allocator checks and re-poisons the pages it hands out and takes
+ *   back).  It is also refused when the device negotiated HINT_HOLD, which
+ *   promises that hinted pages stay untouched until their buffer is used.
+ *
+ * alloc.  Take free blocks from the allocator, largest order first down to
+ * min_order, without reclaim and never below reserve_kb of free memory,
+ * and hold them until DONE, as the in-tree driver does (which takes only
+ * order-10 blocks).  Data safety: a block is handed back to the allocator
+ * only after the device has used the descriptor chain that carried it:
+ * its blocks are "in flight" (hint.inflight) until virtqueue_get_buf()
+ * returns the chain, then "acked" (hint.acked).  Only acked blocks go back
+ * to mm (shrinker, DONE).  On remove/freeze the device is reset first;
+ * after a reset it uses no buffer, so every block may be freed.
+ *
+ * Both modes: up to blocks_per_chain ranges per descriptor chain and
+ * chains_per_kick chains per notification; a full ring is waited on (vq
+ * callback, 10 ms poll), never spun on, and nothing found is dropped
+ * unsent while the round lasts.
  *
  * Locking: hint.vq_lock (mutex) serializes the free page vq between the
  * worker and the shrinker (which only trylocks it).  hint.lock (spinlock)
  * protects the block lists, page counts and stats; it is never held while
- * allocating memory.
+ * allocating memory.  zone->lock is held only to read the buddy state.
  */
 
 #include <linux/mm.h>
@@ -57,6 +80,8 @@
 #include <linux/sizes.h>
 #include <linux/log2.h>
 #include <linux/nodemask.h>
+#include <linux/mmzone.h>
+#include <linux/memory_hotplug.h>
 
 #include "vb.h"
 
@@ -373,6 +398,7 @@ static int vb_hint_send_chain(struct vb_device *vb, int *order)
 	spin_lock(&h->lock);
 	h->stats.round_blocks += i;
 	h->stats.blocks_hinted += i;
+	h->stats.ranges_hinted += i;
 	h->stats.round_bytes += (u64)c->nr_pages << PAGE_SHIFT;
 	h->stats.bytes_hinted += (u64)c->nr_pages << PAGE_SHIFT;
 	for (o = 0; o < VB_HINT_NR_ORDERS; o++)
@@ -462,11 +488,229 @@ static void vb_hint_drop_cache(struct vb_device *vb)
 	dev_dbg(&vb->vdev->dev, "drop_cache: %lu pages invalidated\n", dropped);
 }
 
-static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
+/* Scan mode, see the design comment at the top */
+
+/*
+ * May a round use @mode on device @vb (NULL: the module default)?  Scan
+ * loses a free page's content, so not when the guest keeps one (page
+ * poisoning, init_on_free), nor when the device was promised held pages.
+ */
+bool vb_hint_mode_allowed(struct vb_device *vb, unsigned int mode)
+{
+	if (mode >= VB_HINT_NR_MODES)
+		return false;
+	if (mode != VB_HINT_MODE_SCAN)
+		return true;
+	if (page_poisoning_enabled_static() || want_init_on_free())
+		return false;
+	return !vb || !vb_has(vb, VIRTIO_BALLOON_F_HINT_HOLD);
+}
+
+/* Move the open range to the closed ranges (there is room for it) */
+static void vb_hint_scan_close(struct vb_hint_scan *sc)
+{
+	unsigned int o;
+
+	if (!sc->nr)
+		return;
+	sc->r_pfn[sc->n] = sc->start;
+	sc->r_nr[sc->n] = sc->nr;
+	sc->n++;
+	sc->pend_blocks += sc->open_blocks;
+	for (o = 0; o < VB_HINT_NR_ORDERS; o++) {
+		sc->pend_by_order[o] += sc->open_by_order[o];
+		sc->open_by_order[o] = 0;
+	}
+	sc->nr = 0;
+	sc->open_blocks = 0;
+}
+
+/* Would a free block at @pfn of @nr pages extend the open range? */
+static bool vb_hint_scan_extends(const struct vb_hint_scan *sc,
+				 unsigned long pfn, unsigned long nr)
+{
+	return sc->nr && sc->start + sc->nr == pfn &&
+	       sc->nr + nr <= VB_HINT_SCAN_MAX_RANGE;
+}
+
+/*
+ * Scan @zone from *@pfn (up to @end) for at most VB_HINT_SCAN_PFNS_PER_LOCK
+ * steps under zone->lock.  Stops early when the closed ranges are full;
+ * the caller then queues them.  The buddy state (PageBuddy, its order) only
+ * changes under zone->lock, so every block recorded was free at that time.
+ */
+static void vb_hint_scan_step(struct vb_device *vb, struct zone *zone,
+			      unsigned long *pfnp, unsigned long end)
+{
+	struct vb_hint_scan *sc = &vb->hint.scan;
+	unsigned int min_order = vb->hint.cur.min_order;
+	unsigned long budget = VB_HINT_SCAN_PFNS_PER_LOCK;
+	unsigned long pfn = *pfnp, flags, nr;
+	unsigned int order;
+	struct page *page;
+
+	spin_lock_irqsave(&zone->lock, flags);
+	while (pfn < end && budget--) {
+		/* memory sections come and go as a whole */
+		if (pfn >= sc->online_end) {
+			if (!pfn_to_online_page(pfn)) {
+				pfn = ALIGN(pfn + 1, PAGES_PER_SECTION);
+				continue;
+			}
+			sc->online_end = ALIGN(pfn + 1, PAGES_PER_SECTION);
+		}
+		page = pfn_to_page(pfn);
+		if (!PageBuddy(page) || page_zone(page) != zone) {
+			pfn++;
+			continue;
+		}
+		order = vb_compat_buddy_order(page);
+		if (order > VB_HINT_MAX_ORDER) {
+			pfn++;
+			continue;
+		}
+		nr = 1UL << order;
+		if (order >= min_order) {
+			if (!vb_hint_scan_extends(sc, pfn, nr)) {
+				if (sc->n == sc->max)
+					break;	/* queue first, then this one */
+				vb_hint_scan_close(sc);
+				sc->start = pfn;
+			}
+			sc->nr += nr;
+			sc->open_blocks++;
+			sc->open_by_order[order]++;
+		}
+		pfn += nr;
+	}
+	spin_unlock_irqrestore(&zone->lock, flags);
+	*pfnp = pfn;
+}
+
+/*
+ * Queue the closed ranges as one chain.  Returns 0, or -EINTR when the
+ * round must stop (the ranges are dropped: nothing is held).
+ */
+static int vb_hint_scan_queue(struct vb_device *vb, unsigned int *chains)
+{
+	struct vb_hint *h = &vb->hint;
+	struct vb_hint_scan *sc = &h->scan;
+	struct scatterlist *sgs[1] = { h->sg };
+	struct vb_hint_chain *c;
+	unsigned int i, o;
+	u64 bytes = 0;
+	int err;
+
+	if (!sc->n)
+		return 0;
+	/* one descriptor per range, plus the slot kept for STOP */
+	if (!vb_hint_wait_room(vb, sc->n + 1, true))
+		return -EINTR;
+	c = vb_hint_chain_alloc();
+	if (!c)
+		return -ENOMEM;
+
+	sg_init_table(h->sg, sc->n);
+	for (i = 0; i < sc->n; i++) {
+		sg_set_page(&h->sg[i], pfn_to_page(sc->r_pfn[i]),
+			    sc->r_nr[i] << PAGE_SHIFT, 0);
+		bytes += (u64)sc->r_nr[i] << PAGE_SHIFT;
+	}
+	/* the token carries no page: nothing is held */
+	c->nr_blocks = sc->n;
+	err = vb_hint_queue(vb, c, sgs, 0, 1);
+	if (err) {
+		kfree(c);
+		return err;
+	}
+
+	spin_lock(&h->lock);
+	h->stats.round_blocks += sc->pend_blocks;
+	h->stats.blocks_hinted += sc->pend_blocks;
+	h->stats.ranges_hinted += sc->n;
+	h->stats.round_bytes += bytes;
+	h->stats.bytes_hinted += bytes;
+	for (o = 0; o < VB_HINT_NR_ORDERS; o++)
+		h->stats.blocks_by_order[o] += sc->pend_by_order[o];
+	spin_unlock(&h->lock);
+
+	sc->n = 0;
+	sc->pend_blocks = 0;
+	memset(sc->pend_by_order, 0, sizeof(sc->pend_by_order));
+	if (++*chains >= h->cur.chains_per_kick) {
+		virtqueue_kick(h->vq);
+		*chains = 0;
+	}
+	return 0;
+}
+
+/* One scan round: every populated zone of every online node, in PFN order */
+static int vb_hint_scan_round(struct vb_device *vb)
+{
+	struct vb_hint *h = &vb->hint;
+	struct vb_hint_scan *sc = &h->scan;
+	unsigned int chains = 0;
+	unsigned long pfn, end;
+	struct zone *zone;
+	int nid, zid, err;
+
+	memset(sc, 0, sizeof(*sc));
+	sc->max = min(h->cur.blocks_per_chain, h->ring_size - 1);
+
+	for_each_online_node(nid) {
+		for (zid = 0; zid < MAX_NR_ZONES; zid++) {
+			zone = &NODE_DATA(nid)->node_zones[zid];
+			if (!populated_zone(zone))
+				continue;
+			pfn = zone->zone_start_pfn;
+			end = zone_end_pfn(zone);
+			while (pfn < end) {
+				if (vb_hint_round_must_stop(vb))
+					return -EINTR;
+				vb_hint_scan_step(vb, zone, &pfn, end);
+				if (sc->n == sc->max) {
+					err = vb_hint_scan_queue(vb, &chains);
+					if (err)
+						return err;
+				}
+				cond_resched();
+			}
+		}
+	}
+	/* the open range may need the room of a full set of closed ones */
+	if (sc->nr && sc->n == sc->max) {
+		err = vb_hint_scan_queue(vb, &chains);
+		if (err)
+			return err;
+	}
+	vb_hint_scan_close(sc);
+	return vb_hint_scan_queue(vb, &chains);
+}
+
+/* One alloc round: take and hold free blocks until none is left */
+static int vb_hint_alloc_round(struct vb_device *vb)
 {
 	struct vb_hint *h = &vb->hint;
 	unsigned int chains = 0;
 	int order = VB_HINT_MAX_ORDER;
+	int ret = 0;
+
+	while (!vb_hint_round_must_stop(vb)) {
+		ret = vb_hint_send_chain(vb, &order);
+		if (ret <= 0)
+			break;
+		if (++chains >= h->cur.chains_per_kick) {
+			virtqueue_kick(h->vq);
+			chains = 0;
+		}
+		cond_resched();
+	}
+	return ret < 0 ? ret : 0;
+}
+
+static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
+{
+	struct vb_hint *h = &vb->hint;
 	u64 start = ktime_get_ns();
 	int ret;
 
@@ -495,16 +739,10 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 		goto out_unlock;
 	}
 
-	while (!vb_hint_round_must_stop(vb)) {
-		ret = vb_hint_send_chain(vb, &order);
-		if (ret <= 0)
-			break;
-		if (++chains >= h->cur.chains_per_kick) {
-			virtqueue_kick(h->vq);
-			chains = 0;
-		}
-		cond_resched();
-	}
+	if (h->cur.mode == VB_HINT_MODE_SCAN)
+		ret = vb_hint_scan_round(vb);
+	else
+		ret = vb_hint_alloc_round(vb);
 	if (ret < 0 && ret != -EINTR)
 		dev_warn_ratelimited(&vb->vdev->dev, "hint: round error %d\n",
 				     ret);

@@ -42,16 +42,21 @@ static unsigned int vb_sysfs_max_reserve_kb(void)
 }
 
 /*
- * Check a complete settings struct.  @ring_size bounds blocks_per_chain
- * (one descriptor per block plus the STOP slot); 0 means not known yet.
+ * Check a complete settings struct, for device @vb (NULL: the module
+ * parameters, before any device).  The ring size bounds blocks_per_chain
+ * (one descriptor per block plus the STOP slot); the mode must be one the
+ * kernel and the negotiated features allow.
  */
-int vb_sysfs_validate(const struct vb_hint_settings *s, unsigned int ring_size)
+int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb)
 {
+	unsigned int ring_size = vb ? vb->hint.ring_size : 0;
 	unsigned int max_bpc = VB_HINT_MAX_BPC;
 
 	if (ring_size >= 2)
 		max_bpc = min(max_bpc, ring_size - 1);
 	if (s->enabled > 1 || s->drop_cache > 1)
+		return -EINVAL;
+	if (!vb_hint_mode_allowed(vb, s->mode))
 		return -EINVAL;
 	if (s->min_order > VB_HINT_MAX_ORDER)
 		return -EINVAL;
@@ -107,12 +112,59 @@ static ssize_t vb_sysfs_knob_store(struct device *dev,
 	mutex_lock(&vb->settings_lock);
 	s = vb->settings;
 	*vb_sysfs_knob_field(&s, knob) = val;
-	err = vb_sysfs_validate(&s, vb->hint.ring_size);
+	err = vb_sysfs_validate(&s, vb);
 	if (!err)
 		vb->settings = s;
 	mutex_unlock(&vb->settings_lock);
 
 	return err ? err : count;
+}
+
+static const char * const vb_sysfs_mode_names[VB_HINT_NR_MODES] = {
+	[VB_HINT_MODE_SCAN] = "scan",
+	[VB_HINT_MODE_ALLOC] = "alloc",
+};
+
+static ssize_t vb_sysfs_mode_show(struct device *dev,
+				  struct device_attribute *attr, char *buf)
+{
+	struct vb_hint_settings s;
+
+	vb_sysfs_snapshot(vb_sysfs_dev(dev), &s);
+	return sysfs_emit(buf, "%s\n", vb_sysfs_mode_names[s.mode]);
+}
+
+static ssize_t vb_sysfs_mode_store(struct device *dev,
+				   struct device_attribute *attr,
+				   const char *buf, size_t count)
+{
+	struct vb_device *vb = vb_sysfs_dev(dev);
+	struct vb_hint_settings s;
+	int mode, err;
+
+	/* "scan" or "alloc", one trailing newline allowed */
+	mode = sysfs_match_string(vb_sysfs_mode_names, buf);
+	if (mode < 0)
+		return -EINVAL;
+
+	mutex_lock(&vb->settings_lock);
+	s = vb->settings;
+	s.mode = mode;
+	err = vb_sysfs_validate(&s, vb);
+	if (!err)
+		vb->settings = s;
+	mutex_unlock(&vb->settings_lock);
+
+	return err ? err : count;
+}
+
+/* Parse a hint_mode module parameter: auto, scan or alloc */
+int vb_sysfs_parse_mode(const char *str)
+{
+	if (sysfs_streq(str, "auto"))
+		return vb_hint_mode_allowed(NULL, VB_HINT_MODE_SCAN) ?
+		       VB_HINT_MODE_SCAN : VB_HINT_MODE_ALLOC;
+	return sysfs_match_string(vb_sysfs_mode_names, str);
 }
 
 static ssize_t vb_sysfs_counter_show(struct device *dev,
@@ -188,9 +240,10 @@ static struct vb_sysfs_knob vb_sysfs_knobs[6] = {
 	VB_SYSFS_KNOB(drop_cache, drop_cache),
 };
 
-static struct vb_sysfs_counter vb_sysfs_counters[8] = {
+static struct vb_sysfs_counter vb_sysfs_counters[9] = {
 	VB_SYSFS_COUNTER(rounds, rounds),
 	VB_SYSFS_COUNTER(blocks_hinted, blocks_hinted),
+	VB_SYSFS_COUNTER(ranges_hinted, ranges_hinted),
 	VB_SYSFS_COUNTER(bytes_hinted, bytes_hinted),
 	VB_SYSFS_COUNTER(round_blocks, round_blocks),
 	VB_SYSFS_COUNTER(round_bytes, round_bytes),
@@ -199,6 +252,8 @@ static struct vb_sysfs_counter vb_sysfs_counters[8] = {
 	VB_SYSFS_COUNTER(last_round_ns, last_round_ns),
 };
 
+static struct device_attribute vb_sysfs_attr_mode =
+	__ATTR(mode, 0644, vb_sysfs_mode_show, vb_sysfs_mode_store);
 static struct device_attribute vb_sysfs_attr_cmd_id =
 	__ATTR(cmd_id, 0444, vb_sysfs_cmd_id_show, NULL);
 static struct device_attribute vb_sysfs_attr_by_order =
@@ -221,6 +276,8 @@ static struct attribute *vb_sysfs_attrs[] = {
 	&vb_sysfs_counters[5].attr.attr,
 	&vb_sysfs_counters[6].attr.attr,
 	&vb_sysfs_counters[7].attr.attr,
+	&vb_sysfs_counters[8].attr.attr,
+	&vb_sysfs_attr_mode.attr,
 	&vb_sysfs_attr_cmd_id.attr,
 	&vb_sysfs_attr_by_order.attr,
 	&vb_sysfs_attr_held.attr,
