@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """make soak: the data-loss scenarios on our QEMU, with the in-tree driver
-and ours, REPEAT times each (default 20), round-robin so that every
+and ours (scan and alloc modes), REPEAT times each (default 20), round-robin so that every
 scenario advances together.  Each run must complete with data intact and no
 kernel error on the destination; the tally is written to
 build/soak/soak.json after every run.  Ends with "N passed, N failed"."""
@@ -12,26 +12,24 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tests"))
 from hb import harness  # noqa: E402
-
-SCENARIOS = {
-    "normal": dict(workload="stale"),
-    "throttled": dict(workload="stale", throttle_start_s=2.0),
-    "churn": dict(workload="churn"),
-}
+from hb.harness import DATALOSS_DRIVERS, DATALOSS_SCENARIOS  # noqa: E402
 
 
 def main():
     repeat = int(os.environ.get("REPEAT", "20"))
-    cells = [(d, s) for d in ("intree", "ours") for s in SCENARIOS]
+    drivers = os.environ.get("DRIVERS", ",".join(DATALOSS_DRIVERS)).split(",")
+    cells = [(d, s) for d in drivers for s in DATALOSS_SCENARIOS]
     tally = {f"{d}/{s}": {"ok": 0, "failed": 0, "runs": []} for d, s in cells}
     out = os.path.join(harness.BUILD, "soak", "soak.json")
     t0 = time.time()
     for i in range(repeat):
         for d, s in cells:
             key = f"{d}/{s}"
+            balloon, args = DATALOSS_DRIVERS[d]
             res = harness.migrate_once(
-                src_bin=harness.OUR_QEMU, balloon=d, hint=True,
-                scenario=harness.Scenario(**SCENARIOS[s]))
+                src_bin=harness.OUR_QEMU, balloon=balloon, hint=True,
+                balloon_args=args,
+                scenario=harness.Scenario(**DATALOSS_SCENARIOS[s]))
             good = bool(res.get("ok"))
             tally[key]["ok" if good else "failed"] += 1
             tally[key]["runs"].append({

@@ -200,26 +200,89 @@ def test_page_poison_rules():
         assert f[4] == "0" and f[5] == "0", f
 
 
+def _by_order(st):
+    return dict(map(int, x.split(":")) for x in
+                st["blocks_by_order"].split(","))
+
+
+def _stock_round(vm):
+    """Start a throttled migration of `vm` to a sink (stock QEMU issues a
+    command id) and wait for a finished hint round that hinted something."""
+    vm.qmp("migrate-set-parameters", **{"max-bandwidth": 4 << 20})
+    vm.qmp("migrate", uri="exec:cat > /dev/null")
+    return _wait(lambda: (lambda st: st if st.get("rounds", 0) >= 1 and
+                          st.get("round_bytes", 0) > 0 and
+                          st.get("last_round_ns", 0) > 0 else None)(
+                              _stats(vm)), 60, "a finished hint round")
+
+
+def _write_sysfs(vm, path, value):
+    """One write(2) of `value`; returns (rc, value read back, stderr)."""
+    _, out = vm.guest.run(f"printf '{value}' | dd of={path} bs=64 "
+                          f"conv=notrunc 2>/tmp/.e; echo \"R $?|"
+                          f"$(cat {path})|$(cat /tmp/.e)\"", check=False)
+    r, after, err = next(x for x in out if x.startswith("R "))[2:].split(
+        "|", 2)
+    return int(r), after, err
+
+
 @tag("driver")
-def test_hint_round_counters_with_stock_qemu():
-    """With stock QEMU the driver answers the host's command, hints
-    multi-order blocks, counts them, and gets all of them back on DONE.
-    The migration goes to a throttled sink and is cancelled once the round
-    is over (stock sends DONE on cancel), so the stock destination bug does
-    not get in the way: everything is read in the running source guest."""
-    with _Guest(qemu="stock") as vm:
+def test_hint_mode_rules():
+    """Scan is the default mode and does not negotiate HINT_HOLD (bit 7);
+    alloc does.  Scan is refused (EINVAL, mode unchanged) on a device that
+    negotiated HINT_HOLD, and when free pages keep a content the guest
+    relies on (page_poison=1, init_on_free=1): auto picks alloc there, and
+    hint_mode=scan does not load."""
+    with _Guest(qemu="ours") as vm:
+        d = _sysfs_dir(vm)
+        assert _stats(vm)["mode"] == "scan"
+        assert harness.balloon_features(vm)[7] == "0"
+        rc, after, err = _write_sysfs(vm, f"{d}/mode", "alloc")
+        assert rc == 0 and after == "alloc", (rc, after, err)
+        rc, after, err = _write_sysfs(vm, f"{d}/mode", "scan")
+        assert rc == 0 and after == "scan", (rc, after, err)
+    with _Guest(qemu="ours", balloon_args="hint_mode=alloc") as vm:
+        d = _sysfs_dir(vm)
+        assert harness.balloon_features(vm)[7] == "1"
+        rc, after, err = _write_sysfs(vm, f"{d}/mode", "scan")
+        CURRENT.add("bad_inputs")
+        assert rc != 0 and "Invalid argument" in err and after == "alloc", \
+            (rc, after, err)
+    for karg in ("page_poison=1", "init_on_free=1"):
+        with _Guest(qemu="ours", kernel_args=karg) as vm:
+            d = _sysfs_dir(vm)
+            assert _stats(vm)["mode"] == "alloc", karg
+            rc, after, err = _write_sysfs(vm, f"{d}/mode", "scan")
+            CURRENT.add("bad_inputs")
+            assert rc != 0 and after == "alloc", (karg, rc, after, err)
+            vm.guest.run("rmmod virtio_balloon")
+            rc, out = vm.guest.run("insmod /lib/hb/ours/virtio_balloon.ko "
+                                   "hint_mode=scan", check=False)
+            CURRENT.add("bad_inputs")
+            assert rc != 0, (karg, out)
+            vm.guest.run("insmod /lib/hb/ours/virtio_balloon.ko")
+
+
+@tag("driver")
+def test_hint_round_counters_with_stock_qemu_alloc_mode():
+    """Alloc mode with stock QEMU: the driver answers the host's command,
+    takes multi-order blocks, holds them (MemFree drops), counts them, and
+    gets all of them back on DONE.  The migration goes to a throttled sink
+    and is cancelled once the round is over (stock sends DONE on cancel),
+    so the stock destination bug does not get in the way: everything is
+    read in the running source guest."""
+    with _Guest(qemu="stock", balloon_args="hint_mode=alloc") as vm:
         vm.guest.hbwork("fill 600 5")
         free0 = _meminfo(vm)["free_kb"]
-        vm.qmp("migrate-set-parameters", **{"max-bandwidth": 4 << 20})
-        vm.qmp("migrate", uri="exec:cat > /dev/null")
-        g = _wait(lambda: (lambda st: st if st.get("rounds", 0) >= 1 and
-                           st.get("round_bytes", 0) > 0 and
-                           st.get("held_pages") == "inflight:0,acked:%d" %
-                           (st["bytes_hinted"] >> 12) else None)(_stats(vm)),
-                  60, "a finished hint round")
+        g = _stock_round(vm)
+        g = _wait(lambda: (lambda st: st if st.get("held_pages") ==
+                           "inflight:0,acked:%d" % (st["bytes_hinted"] >> 12)
+                           else None)(_stats(vm)), 60, "every block acked")
+        assert g["mode"] == "alloc", g
         assert g["bytes_hinted"] >= 400 << 20, g
-        assert g["blocks_hinted"] == sum(
-            int(x.split(":")[1]) for x in g["blocks_by_order"].split(",")), g
+        assert g["blocks_hinted"] == sum(_by_order(g).values()), g
+        assert g["ranges_hinted"] == g["blocks_hinted"], g
+        assert _meminfo(vm)["free_kb"] < free0 - (400 << 10)
         vm.qmp("migrate_cancel")
         _wait(lambda: _stats(vm).get("held_pages") == "inflight:0,acked:0",
               60, "DONE to give every block back")
@@ -228,10 +291,43 @@ def test_hint_round_counters_with_stock_qemu():
 
 
 @tag("driver")
+def test_hint_round_counters_with_stock_qemu_scan_mode():
+    """Scan mode (the default) with stock QEMU: the round reports the free
+    memory without taking it (MemFree unchanged, nothing held, ever),
+    merges adjacent blocks into fewer ranges, and counts blocks by order;
+    a second migration runs a second round."""
+    with _Guest(qemu="stock") as vm:
+        vm.guest.hbwork("fill 600 5")
+        m0 = _meminfo(vm)
+        g = _stock_round(vm)
+        m1 = _meminfo(vm)
+        assert g["mode"] == "scan", g
+        assert g["held_pages"] == "inflight:0,acked:0", g
+        # everything free was reported (the guest's own churn aside) ...
+        assert g["round_bytes"] >= (m0["free_kb"] << 10) * 0.9, (g, m0)
+        # ... and nothing was taken from the guest
+        assert m1["free_kb"] >= m0["free_kb"] - (16 << 10), (m0, m1)
+        assert g["blocks_hinted"] == sum(_by_order(g).values()), g
+        assert 0 < g["ranges_hinted"] < g["blocks_hinted"], g
+        CURRENT.facts["scan_round_ms"] = g["last_round_ns"] / 1e6
+        CURRENT.facts["scan_blocks_per_range"] = round(
+            g["blocks_hinted"] / g["ranges_hinted"], 1)
+        vm.qmp("migrate_cancel")
+        _wait(lambda: vm.qmp("query-migrate").get("status") == "cancelled",
+              30, "cancel")
+        r1 = g["rounds"]
+        _stock_round(vm)
+        assert _stats(vm)["rounds"] > r1
+        vm.qmp("migrate_cancel")
+
+
+@tag("driver")
 def test_our_driver_hints_fragmented_memory_better_than_intree():
-    """On fragmented free memory the in-tree driver (order-10 blocks only)
-    finds little to hint; ours goes down to min_order.  Counted on our
-    QEMU, whose device counters report the bytes each guest hinted."""
+    """On fragmented free memory (256 KiB holes) the in-tree driver
+    (order-10 blocks only) finds little to hint; ours reports the holes
+    down to min_order and sends clearly fewer bytes.  Counted on our QEMU
+    (the destination must stay intact), whose device counters report the
+    bytes each guest hinted."""
     _need_driver()
     got = {}
     for drv in ("intree", "ours"):
@@ -239,18 +335,19 @@ def test_our_driver_hints_fragmented_memory_better_than_intree():
                       hint=True, scenario=harness.Scenario("frag"))
         assert_intact(res, f"frag/{drv}")
         got[drv] = res
-    CURRENT.facts["frag_mb"] = {d: r["transferred_mb"] for d, r in got.items()}
+    mb = {d: r["transferred_mb"] for d, r in got.items()}
+    CURRENT.facts["frag_mb"] = mb
+    CURRENT.facts["frag_ratio_ours_intree"] = round(mb["ours"] / mb["intree"],
+                                                    2)
     # Ours hints the holes the in-tree driver cannot see (blocks below
     # order 10) ...
-    by_order = dict(map(int, x.split(":")) for x in
-                    got["ours"]["guest_hint"]["blocks_by_order"].split(","))
-    small = sum(n for o, n in by_order.items() if o < 10)
+    small = sum(n for o, n in _by_order(got["ours"]["guest_hint"]).items()
+                if o < 10)
     CURRENT.facts["frag_small_blocks"] = small
-    assert small >= 100, by_order
-    # ... and does not send more for it (it keeps reserve_kb of headroom
-    # the in-tree driver takes; TCG noise: 5 %).
-    assert got["ours"]["transferred_mb"] <= \
-        1.05 * got["intree"]["transferred_mb"], CURRENT.facts["frag_mb"]
+    assert small >= 100, got["ours"]["guest_hint"]
+    # ... so it sends clearly fewer bytes (measured 0.66; TCG noise and
+    # what the in-tree driver happens to find leave a margin).
+    assert mb["ours"] <= 0.85 * mb["intree"], mb
 
 
 @tag("driver")

@@ -5,9 +5,11 @@ Every fault test ends with the guest's data verified on the VM that runs it
 at the end and its free memory back: MemFree near its level before the
 round and, with our driver, no hinted page still held (`held_pages`
 inflight:0 acked:0).  Rounds are caught "in flight" by throttling the
-migration (max-bandwidth a few MB/s): after the pre-send wait the guest
-holds every hinted block until DONE, and the migration stays active long
-enough to inject the fault.
+migration (max-bandwidth a few MB/s).  The tests of a held round run our
+driver in alloc mode (HELD): after the pre-send wait the guest holds every
+hinted block until DONE, and the migration stays active long enough to
+inject the fault.  Scan mode (the default) holds nothing; its exit paths
+are tested without that (test_scan_mode_exit_paths).
 
 HB_OUR_QEMU=/path overrides the patched QEMU binary (e.g. the sanitizer
 build in build/qemu-asan/).  Tags: `reliability` (make check), `long` (the
@@ -29,6 +31,7 @@ from hb.testlib import (BUILD, CURRENT, Skip, assert_intact,
                         have_ours_driver, migrate, tag)
 
 MEM = 512                 # MiB: TCG migrations of 512 MiB take ~10-15 s
+HELD = "hint_mode=alloc"  # our driver holding hinted blocks until DONE
 THROTTLE = 2 << 20        # bytes/s while a round is held open
 FAST = 10 << 30
 SANITIZER_RE = re.compile(r"(ERROR: AddressSanitizer|runtime error:|"
@@ -306,7 +309,7 @@ def test_cancel_during_round_then_migrate_again():
     still hinting, then while it holds the round); memory comes back each
     time; a third migration to a new destination hints and keeps data."""
     need_ours()
-    with Rig("cancel") as rig:
+    with Rig("cancel", balloon_args=HELD) as rig:
         rig.boot()
         # 1: cancel right away (pre-send wait / round being filled)
         before = rig.meminfo()
@@ -328,7 +331,7 @@ def test_destination_killed_mid_migration():
     the migration fails, the source keeps running and gets every hinted
     block back; a second migration to a new destination succeeds."""
     need_ours()
-    with Rig("dstkill") as rig:
+    with Rig("dstkill", balloon_args=HELD) as rig:
         rig.boot()
         before, _ = _held_round(rig)
         rig.dst.kill()
@@ -347,7 +350,7 @@ def test_system_reset_during_round():
     reboots cleanly (HB READY again), no kernel error, and the next
     migration hints and keeps data."""
     need_ours()
-    with Rig("reset") as rig:
+    with Rig("reset", balloon_args=HELD) as rig:
         rig.boot()
         _held_round(rig)
         rig.vm.qmp("system_reset")
@@ -374,7 +377,7 @@ def test_rmmod_during_round():
     """rmmod virtio_balloon while it holds a round: no crash, every held
     block freed (MemFree back); reload it and hint again."""
     need_ours()
-    with Rig("rmmod") as rig:
+    with Rig("rmmod", balloon_args=HELD) as rig:
         rig.boot()
         before, s = _held_round(rig)
         rc, out = rig.vm.guest.run("rmmod virtio_balloon", check=False)
@@ -402,7 +405,7 @@ def test_memory_pressure_during_round():
     round: the shrinker hands acked blocks back, nothing is OOM-killed,
     the migration completes with data intact and nothing stays held."""
     need_ours()
-    with Rig("pressure") as rig:
+    with Rig("pressure", balloon_args=HELD) as rig:
         rig.boot()
         before, s = _held_round(rig)
         total = before["total_kb"]
@@ -420,6 +423,40 @@ def test_memory_pressure_during_round():
         rig.verify("after pressure")
         rig.no_oom()
         rig.wait_memory_back(rig.res["meminfo_before"])
+
+
+@tag("reliability", "faults")
+def test_scan_mode_exit_paths():
+    """Scan mode: a round takes no memory (MemFree unchanged while the
+    migration is throttled); cancel, then a destination killed mid-way:
+    each time the source keeps running with its memory, and a final
+    migration hints and keeps data."""
+    need_ours()
+    with Rig("scan-exit") as rig:
+        rig.boot()
+        for fault in ("cancel", "kill"):
+            before = rig.meminfo()
+            r0 = rig.stats().get("rounds", 0)
+            rig.start_migration(bw=THROTTLE)
+            deadline = time.time() + 60
+            while rig.stats().get("rounds", 0) <= r0:
+                assert time.time() < deadline, rig.stats()
+                time.sleep(0.2)
+            s = rig.stats()
+            m = rig.meminfo()
+            assert s["mode"] == "scan" and held(s) == 0, s
+            assert s["round_bytes"] > 0, s
+            assert m["free_kb"] >= before["free_kb"] - (32 << 10), (before, m)
+            if fault == "cancel":
+                rig.cancel()
+            else:
+                rig.dst.kill()
+                rig.dst = None
+                CURRENT.add("faults")
+                assert rig.wait_end(120)["status"] == "failed"
+            assert rig.vm.qmp("query-status")["status"] == "running"
+            rig.wait_memory_back(before)
+        _final_migration(rig, "scan mode after cancel and kill")
 
 
 def _back_and_forth(n):
@@ -505,10 +542,11 @@ KNOB_BAD = {
     "blocks_per_chain": ["0", "65", "1024"],
     "chains_per_kick": ["0", "257"],
     "reserve_kb": ["4294967295"],          # > total RAM in KiB
+    "mode": ["0", "1", "auto", "Scan", "allocx", "scan alloc", "+scan"],
 }
 KNOB_GOOD = {"enabled": "1", "drop_cache": "0", "min_order": "3",
              "blocks_per_chain": "8", "chains_per_kick": "4",
-             "reserve_kb": "0"}
+             "reserve_kb": "0", "mode": "alloc"}
 
 
 def _octal(s):
@@ -549,7 +587,8 @@ def test_sysfs_knobs_reject_bad_values():
             rc, b, a, _ = _write_knob(vm, knob, "")
             assert a == b, (knob, "empty", b, a)
             good = KNOB_GOOD[knob]
-            for v in (good, good + "\n", "+" + good):
+            signed = [] if knob == "mode" else ["+" + good]
+            for v in [good, good + "\n"] + signed:
                 rc, b, a, err = _write_knob(vm, knob, v)
                 assert rc == 0 and a == good, (knob, repr(v), rc, a, err)
         assert not bad_ok, f"bad values accepted or changed: {bad_ok}"
@@ -560,7 +599,8 @@ def test_sysfs_knobs_reject_bad_values():
         bad_params = ["hint_min_order=11", "hint_blocks_per_chain=0",
                       "hint_blocks_per_chain=65", "hint_chains_per_kick=0",
                       "hint_chains_per_kick=257", "hint_enabled=2",
-                      "hint_drop_cache=7", "hint_reserve_kb=4294967295"]
+                      "hint_drop_cache=7", "hint_reserve_kb=4294967295",
+                      "hint_mode=bogus", "hint_mode="]
         loaded = []
         for p in bad_params:
             rc, out = vm.guest.run(

@@ -340,6 +340,21 @@ def balloon_features(vm):
 
 WORKLOADS = ("fresh", "stale", "frag", "churn", "cache")
 
+# The data-loss scenarios (tests/test_30_dataloss.py, scripts/soak.py):
+# stale free memory at normal speed, a throttled start (time to hint before
+# the bulk stage), memory churn during the migration ...
+DATALOSS_SCENARIOS = {
+    "normal": dict(workload="stale"),
+    "throttled": dict(workload="stale", throttle_start_s=2.0),
+    "churn": dict(workload="churn"),
+}
+# ... with these guest drivers: name -> (balloon, balloon_args)
+DATALOSS_DRIVERS = {
+    "intree": ("intree", ""),
+    "ours": ("ours", ""),                       # scan mode, the default
+    "ours_alloc": ("ours", "hint_mode=alloc"),  # alloc mode + HINT_HOLD
+}
+
 
 class Scenario:
     """What runs in the guest before, during and after a migration."""
