@@ -24,7 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  pylint: disable=C0413
 
 COLORS = {"a": "#7f7f7f", "b": "#d62728", "c": "#ff7f0e", "d": "#2ca02c",
-          "c+drop": "#ffbb78", "d+drop": "#98df8a"}
+          "c+drop": "#ffbb78", "d+drop": "#98df8a",
+          "c-alloc": "#c5b0d5", "d-alloc": "#9edae5"}
 
 
 def _bars(ax, summ, fig, scale, mem, ylabel, title):
