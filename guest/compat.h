@@ -111,6 +111,30 @@ static inline unsigned int vb_compat_buddy_order(struct page *page)
 	return page_private(page);
 }
 
+/*
+ * Flush the TLB of every online CPU, global entries included (see
+ * vb_hint_round()).  x86 exports __flush_tlb_all() for the local CPU; other
+ * architectures export no equivalent, and there this is a no-op.
+ */
+#ifdef CONFIG_X86
+#include <linux/smp.h>
+#include <asm/tlbflush.h>
+
+static inline void vb_compat_flush_tlb_local(void *unused)
+{
+	__flush_tlb_all();
+}
+
+static inline void vb_compat_flush_tlb_all(void)
+{
+	on_each_cpu(vb_compat_flush_tlb_local, NULL, 1);
+}
+#else
+static inline void vb_compat_flush_tlb_all(void)
+{
+}
+#endif
+
 /* page_reporting_dev_info.order exists since 5.14 */
 static inline void vb_compat_pr_set_order(struct page_reporting_dev_info *pr,
 					  unsigned int order)

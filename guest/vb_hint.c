@@ -726,6 +726,18 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 		h->cmd_id_previous = h->cmd_id_active;
 	h->cmd_id_active = cmd_id;
 
+	/*
+	 * The host issues a command id right after a dirty bitmap sync.  A
+	 * host that does not re-arm its write tracking at the sync (stock
+	 * QEMU 7.2 under TCG, fixed by our series' patch 1) does not log a
+	 * store made through a TLB entry that was filled before the sync, so
+	 * a page we report, then reuse, could lose that store.  Flushing every
+	 * CPU's TLB before we look for free memory makes every store after
+	 * this point go through a new entry, which such a host logs.  One IPI
+	 * per round; with a correct host it changes nothing.
+	 */
+	vb_compat_flush_tlb_all();
+
 	spin_lock(&h->lock);
 	h->stats.rounds++;
 	h->stats.round_blocks = 0;

@@ -188,7 +188,8 @@ class VM:
         self.cmdsock = os.path.join(workdir, f"{name}-cmd.sock")
         self.binary = binary
         kernel = kernel or guest_kernel()
-        initrd = initrd or os.path.join(BUILD, "initramfs.cpio.gz")
+        initrd = (initrd or os.environ.get("HB_INITRD")
+                  or os.path.join(BUILD, "initramfs.cpio.gz"))
         append = (f"console=ttyS0 loglevel=5 panic=0 hb.balloon={balloon}")
         if balloon_args:
             append += f" hb.balloon_args={balloon_args.replace(' ', ',')}"
