@@ -4,7 +4,11 @@
 and ours (scan and alloc modes), REPEAT times each (default 20), round-robin so that every
 scenario advances together.  Each run must complete with data intact and no
 kernel error on the destination; the tally is written to
-build/soak/soak.json after every run.  Ends with "N passed, N failed"."""
+build/soak/soak.json after every run.  Ends with "N passed, N failed".
+
+DRIVERS=intree,ours,ours_alloc picks the drivers (harness.DATALOSS_DRIVERS);
+QEMU=stock runs the same on Debian's QEMU (a reference: stock QEMU has the
+write-tracking bug our series fixes), writing build/soak/soak-stock.json."""
 import os
 import sys
 import time
@@ -20,14 +24,17 @@ def main():
     drivers = os.environ.get("DRIVERS", ",".join(DATALOSS_DRIVERS)).split(",")
     cells = [(d, s) for d in drivers for s in DATALOSS_SCENARIOS]
     tally = {f"{d}/{s}": {"ok": 0, "failed": 0, "runs": []} for d, s in cells}
-    out = os.path.join(harness.BUILD, "soak", "soak.json")
+    stock = os.environ.get("QEMU", "ours") == "stock"
+    qemu = harness.STOCK_QEMU if stock else harness.OUR_QEMU
+    out = os.path.join(harness.BUILD, "soak",
+                       "soak-stock.json" if stock else "soak.json")
     t0 = time.time()
     for i in range(repeat):
         for d, s in cells:
             key = f"{d}/{s}"
             balloon, args = DATALOSS_DRIVERS[d]
             res = harness.migrate_once(
-                src_bin=harness.OUR_QEMU, balloon=balloon, hint=True,
+                src_bin=qemu, balloon=balloon, hint=True,
                 balloon_args=args,
                 scenario=harness.Scenario(**DATALOSS_SCENARIOS[s]))
             good = bool(res.get("ok"))
@@ -42,7 +49,8 @@ def main():
                         f"{res.get('transferred_mb')} MB; {done} runs, "
                         f"{sum(v['failed'] for v in tally.values())} failed, "
                         f"{time.time() - t0:.0f}s")
-            harness.save_json(out, {"repeat": repeat, "tally": tally,
+            harness.save_json(out, {"repeat": repeat, "qemu": qemu,
+                                    "tally": tally,
                                     "seconds": round(time.time() - t0)})
     for key, v in tally.items():
         print(f"{key}: {v['ok']} of {v['ok'] + v['failed']} intact")
