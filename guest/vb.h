@@ -119,16 +119,14 @@ struct vb_hint_chain {
 /*
  * Scan mode state of the running round (worker only).  Free blocks found
  * next to each other are merged into the open range; closed ranges wait in
- * r_pfn/r_nr until a chain is queued.  by_order counts follow the blocks:
+ * r_pfn/r_nr until a chain is queued.  Blocks are counted per order:
  * open_by_order for the open range, pend_by_order for the closed ranges.
  */
 struct vb_hint_scan {
 	unsigned long start;
 	unsigned long nr;
-	unsigned long open_blocks;
 	unsigned long r_pfn[VB_HINT_MAX_BPC];
 	unsigned long r_nr[VB_HINT_MAX_BPC];
-	unsigned long pend_blocks;
 	unsigned int n;
 	unsigned int max;
 	/* the section of this pfn and below is known online */

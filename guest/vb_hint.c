@@ -322,6 +322,38 @@ static int vb_hint_send_cmd(struct vb_device *vb, u32 id)
 }
 
 /*
+ * Count one queued chain: @ranges descriptors carrying the free blocks
+ * counted per order in @by_order, @bytes in all.
+ */
+static void vb_hint_count_chain(struct vb_hint *h, unsigned int ranges,
+				u64 bytes, const u64 *by_order)
+{
+	u64 blocks = 0;
+	unsigned int o;
+
+	spin_lock(&h->lock);
+	for (o = 0; o < VB_HINT_NR_ORDERS; o++) {
+		h->stats.blocks_by_order[o] += by_order[o];
+		blocks += by_order[o];
+	}
+	h->stats.round_blocks += blocks;
+	h->stats.blocks_hinted += blocks;
+	h->stats.ranges_hinted += ranges;
+	h->stats.round_bytes += bytes;
+	h->stats.bytes_hinted += bytes;
+	spin_unlock(&h->lock);
+}
+
+/* A chain was queued: notify the device every chains_per_kick chains */
+static void vb_hint_chain_queued(struct vb_hint *h, unsigned int *chains)
+{
+	if (++*chains >= h->cur.chains_per_kick) {
+		virtqueue_kick(h->vq);
+		*chains = 0;
+	}
+}
+
+/*
  * Allocate one free block of the largest order <= *order that is still
  * available, never below min_order and never taking free memory below the
  * reserve.  *order only goes down during a round: once an order failed,
@@ -395,15 +427,7 @@ static int vb_hint_send_chain(struct vb_device *vb, int *order)
 		return err;
 	}
 
-	spin_lock(&h->lock);
-	h->stats.round_blocks += i;
-	h->stats.blocks_hinted += i;
-	h->stats.ranges_hinted += i;
-	h->stats.round_bytes += (u64)c->nr_pages << PAGE_SHIFT;
-	h->stats.bytes_hinted += (u64)c->nr_pages << PAGE_SHIFT;
-	for (o = 0; o < VB_HINT_NR_ORDERS; o++)
-		h->stats.blocks_by_order[o] += by_order[o];
-	spin_unlock(&h->lock);
+	vb_hint_count_chain(h, i, (u64)c->nr_pages << PAGE_SHIFT, by_order);
 	return i;
 }
 
@@ -516,13 +540,11 @@ static void vb_hint_scan_close(struct vb_hint_scan *sc)
 	sc->r_pfn[sc->n] = sc->start;
 	sc->r_nr[sc->n] = sc->nr;
 	sc->n++;
-	sc->pend_blocks += sc->open_blocks;
 	for (o = 0; o < VB_HINT_NR_ORDERS; o++) {
 		sc->pend_by_order[o] += sc->open_by_order[o];
 		sc->open_by_order[o] = 0;
 	}
 	sc->nr = 0;
-	sc->open_blocks = 0;
 }
 
 /* Would a free block at @pfn of @nr pages extend the open range? */
@@ -578,7 +600,6 @@ static void vb_hint_scan_step(struct vb_device *vb, struct zone *zone,
 				sc->start = pfn;
 			}
 			sc->nr += nr;
-			sc->open_blocks++;
 			sc->open_by_order[order]++;
 		}
 		pfn += nr;
@@ -597,7 +618,7 @@ static int vb_hint_scan_queue(struct vb_device *vb, unsigned int *chains)
 	struct vb_hint_scan *sc = &h->scan;
 	struct scatterlist *sgs[1] = { h->sg };
 	struct vb_hint_chain *c;
-	unsigned int i, o;
+	unsigned int i;
 	u64 bytes = 0;
 	int err;
 
@@ -624,23 +645,10 @@ static int vb_hint_scan_queue(struct vb_device *vb, unsigned int *chains)
 		return err;
 	}
 
-	spin_lock(&h->lock);
-	h->stats.round_blocks += sc->pend_blocks;
-	h->stats.blocks_hinted += sc->pend_blocks;
-	h->stats.ranges_hinted += sc->n;
-	h->stats.round_bytes += bytes;
-	h->stats.bytes_hinted += bytes;
-	for (o = 0; o < VB_HINT_NR_ORDERS; o++)
-		h->stats.blocks_by_order[o] += sc->pend_by_order[o];
-	spin_unlock(&h->lock);
-
+	vb_hint_count_chain(h, sc->n, bytes, sc->pend_by_order);
 	sc->n = 0;
-	sc->pend_blocks = 0;
 	memset(sc->pend_by_order, 0, sizeof(sc->pend_by_order));
-	if (++*chains >= h->cur.chains_per_kick) {
-		virtqueue_kick(h->vq);
-		*chains = 0;
-	}
+	vb_hint_chain_queued(h, chains);
 	return 0;
 }
 
@@ -699,10 +707,7 @@ static int vb_hint_alloc_round(struct vb_device *vb)
 		ret = vb_hint_send_chain(vb, &order);
 		if (ret <= 0)
 			break;
-		if (++chains >= h->cur.chains_per_kick) {
-			virtqueue_kick(h->vq);
-			chains = 0;
-		}
+		vb_hint_chain_queued(h, &chains);
 		cond_resched();
 	}
 	return ret < 0 ? ret : 0;

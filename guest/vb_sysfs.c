@@ -76,10 +76,10 @@ void vb_sysfs_snapshot(struct vb_device *vb, struct vb_hint_settings *out)
 	mutex_unlock(&vb->settings_lock);
 }
 
-static unsigned int *vb_sysfs_knob_field(struct vb_hint_settings *s,
-					 const struct vb_sysfs_knob *knob)
+/* The unsigned int at byte @offset of a settings struct */
+static unsigned int *vb_sysfs_field(struct vb_hint_settings *s, size_t offset)
 {
-	return (unsigned int *)((char *)s + knob->offset);
+	return (unsigned int *)((char *)s + offset);
 }
 
 static ssize_t vb_sysfs_knob_show(struct device *dev,
@@ -91,7 +91,26 @@ static ssize_t vb_sysfs_knob_show(struct device *dev,
 	struct vb_hint_settings s;
 
 	vb_sysfs_snapshot(vb, &s);
-	return sysfs_emit(buf, "%u\n", *vb_sysfs_knob_field(&s, knob));
+	return sysfs_emit(buf, "%u\n", *vb_sysfs_field(&s, knob->offset));
+}
+
+/*
+ * Set the unsigned int at @offset of the settings to @val if the whole
+ * struct stays valid; otherwise leave everything unchanged.
+ */
+static int vb_sysfs_set(struct vb_device *vb, size_t offset, unsigned int val)
+{
+	struct vb_hint_settings s;
+	int err;
+
+	mutex_lock(&vb->settings_lock);
+	s = vb->settings;
+	*vb_sysfs_field(&s, offset) = val;
+	err = vb_sysfs_validate(&s, vb);
+	if (!err)
+		vb->settings = s;
+	mutex_unlock(&vb->settings_lock);
+	return err;
 }
 
 static ssize_t vb_sysfs_knob_store(struct device *dev,
@@ -100,8 +119,6 @@ static ssize_t vb_sysfs_knob_store(struct device *dev,
 {
 	struct vb_sysfs_knob *knob = container_of(attr, struct vb_sysfs_knob,
 						  attr);
-	struct vb_device *vb = vb_sysfs_dev(dev);
-	struct vb_hint_settings s;
 	unsigned int val;
 	int err;
 
@@ -109,14 +126,7 @@ static ssize_t vb_sysfs_knob_store(struct device *dev,
 	if (kstrtouint(buf, 10, &val))
 		return -EINVAL;
 
-	mutex_lock(&vb->settings_lock);
-	s = vb->settings;
-	*vb_sysfs_knob_field(&s, knob) = val;
-	err = vb_sysfs_validate(&s, vb);
-	if (!err)
-		vb->settings = s;
-	mutex_unlock(&vb->settings_lock);
-
+	err = vb_sysfs_set(vb_sysfs_dev(dev), knob->offset, val);
 	return err ? err : count;
 }
 
@@ -138,8 +148,7 @@ static ssize_t vb_sysfs_mode_store(struct device *dev,
 				   struct device_attribute *attr,
 				   const char *buf, size_t count)
 {
-	struct vb_device *vb = vb_sysfs_dev(dev);
-	struct vb_hint_settings s;
+	size_t off = offsetof(struct vb_hint_settings, mode);
 	int mode, err;
 
 	/* "scan" or "alloc", one trailing newline allowed */
@@ -147,14 +156,7 @@ static ssize_t vb_sysfs_mode_store(struct device *dev,
 	if (mode < 0)
 		return -EINVAL;
 
-	mutex_lock(&vb->settings_lock);
-	s = vb->settings;
-	s.mode = mode;
-	err = vb_sysfs_validate(&s, vb);
-	if (!err)
-		vb->settings = s;
-	mutex_unlock(&vb->settings_lock);
-
+	err = vb_sysfs_set(vb_sysfs_dev(dev), off, mode);
 	return err ? err : count;
 }
 

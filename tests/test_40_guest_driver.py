@@ -218,12 +218,8 @@ def _stock_round(vm):
 
 def _write_sysfs(vm, path, value):
     """One write(2) of `value`; returns (rc, value read back, stderr)."""
-    _, out = vm.guest.run(f"printf '{value}' | dd of={path} bs=64 "
-                          f"conv=notrunc 2>/tmp/.e; echo \"R $?|"
-                          f"$(cat {path})|$(cat /tmp/.e)\"", check=False)
-    r, after, err = next(x for x in out if x.startswith("R "))[2:].split(
-        "|", 2)
-    return int(r), after, err
+    rc, _, after, err = harness.write_sysfs(vm, path, value)
+    return rc, after, err
 
 
 @tag("driver")

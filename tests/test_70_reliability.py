@@ -549,21 +549,8 @@ KNOB_GOOD = {"enabled": "1", "drop_cache": "0", "min_order": "3",
              "reserve_kb": "0", "mode": "alloc"}
 
 
-def _octal(s):
-    return "".join(f"\\{ord(c):03o}" for c in s)
-
-
 def _write_knob(vm, knob, value):
-    """Write `value` byte-exact in one write(2) (dd reports the errno;
-    the shell's printf does not); return (rc, before, after, err)."""
-    f = f"{KNOB_DIR}/{knob}"
-    rc, out = vm.guest.run(
-        f"b=$(cat {f}); printf '{_octal(value)}' | "
-        f"dd of={f} bs=4096 conv=notrunc 2>/tmp/.err; r=$?; "
-        f"echo \"R $r|$b|$(cat {f})|$(cat /tmp/.err)\"", check=False)
-    line = next(x for x in out if x.startswith("R "))
-    r, b, a, err = line[2:].split("|", 3)
-    return int(r), b, a, err
+    return harness.write_sysfs(vm, f"{KNOB_DIR}/{knob}", value)
 
 
 @tag("reliability", "bad_input")

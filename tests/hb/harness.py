@@ -330,6 +330,20 @@ def balloon_stats(vm):
     return res
 
 
+def write_sysfs(vm, path, value):
+    """Write `value` byte-exact to a guest file in one write(2) (dd
+    reports the errno; the shell's printf does not).  Returns (rc, value
+    before, value after, dd's stderr)."""
+    octal = "".join(f"\\{ord(c):03o}" for c in value)
+    _, out = vm.guest.run(
+        f"b=$(cat {path}); printf '{octal}' | "
+        f"dd of={path} bs=4096 conv=notrunc 2>/tmp/.err; r=$?; "
+        f"echo \"R $r|$b|$(cat {path})|$(cat /tmp/.err)\"", check=False)
+    line = next(x for x in out if x.startswith("R "))
+    r, before, after, err = line[2:].split("|", 3)
+    return int(r), before, after, err
+
+
 def balloon_features(vm):
     """The balloon's negotiated feature bits, as the guest's sysfs shows
     them (a string of '0'/'1', bit 0 first)."""
