@@ -68,6 +68,7 @@ def _dump(guest, cmd):
         path = os.path.join(OUT, f"dump-{vm.name}-{int(time.time())}.txt")
         with open(path, "w") as f:
             f.write(f"command: {cmd}\nharness received: {guest.buf!r}\n"
+                    f"stray lines: {guest.stray!r}\n"
                     f"{txt}\nsockets:\n{ss}\nconsole:\n"
                     f"{vm.console_text()[-60000:]}")
         harness.log(f"hunt: dumped {vm.name} to {path}")

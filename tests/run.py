@@ -94,6 +94,11 @@ def main():
     print(f"results: {out}")
     for line in testlib.summary_lines(summary):
         print(line)
+    hb_harness = sys.modules.get("hb.harness")
+    if hb_harness:
+        ch = hb_harness.CHANNEL
+        print(f"summary: guest command lines resent={ch['resent']} "
+              f"(damaged={ch['damaged']} unacknowledged={ch['unacked']})")
     tail = f"{counts['passed']} passed, {counts['failed']} failed"
     if counts["skipped"]:
         tail += f", {counts['skipped']} skipped"

@@ -35,3 +35,86 @@ def test_boot_stock_qemu_intree_driver():
 @tag("boot")
 def test_boot_our_qemu_our_driver():
     _boot("ours", "ours")
+
+
+class _LossySocket:
+    """A socket whose next sendall loses bytes: its first byte, or all."""
+
+    def __init__(self, sock, lose):
+        self.sock = sock
+        self.lose = lose
+
+    def sendall(self, data):
+        lose, self.lose = self.lose, None
+        if lose == "first":
+            data = data[1:]
+        elif lose == "all":
+            return None
+        return self.sock.sendall(data)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def _read_until(g, pattern, timeout=30):
+    """Raw lines from the channel until one starts with pattern."""
+    lines = []
+    g.sock.settimeout(timeout)
+    while True:
+        while b"\n" in g.buf:
+            raw, g.buf = g.buf.split(b"\n", 1)
+            lines.append(raw.decode(errors="replace"))
+            if lines[-1].startswith(pattern):
+                return lines
+        data = g.sock.recv(65536)
+        assert data, f"channel closed waiting for {pattern}: {lines}"
+        g.buf += data
+
+
+@tag("boot")
+def test_command_channel_survives_lost_bytes():
+    """The harness's command channel (ttyS1) must not turn a lost byte into
+    a hung test: a line that lost bytes is refused (HBBAD) and never run,
+    a line sent twice runs once, and the harness sends again a line the
+    guest refused or never acknowledged."""
+    d = tempfile.mkdtemp(prefix="hb-chan-", dir=os.path.join(BUILD, "tmp"))
+    vm = harness.VM(d, "chan", qemu_bin("stock"), 256, "intree", hint=False)
+    ack_timeout = harness.ACK_TIMEOUT_S
+    try:
+        vm.boot()
+        g = vm.guest
+        # A line shorter than its length field: refused, not run.
+        g.sock.sendall(b"c9000001 99 touch /tmp/damaged\n")
+        lines = _read_until(g, "HBBAD")
+        assert lines[-1] == "HBBAD c9000001 99 18", lines
+        # An ID without its leading "c" (the byte the 8250 drops on open).
+        g.sock.sendall(b"9000002 18 touch /tmp/damaged\n")
+        assert _read_until(g, "HBBAD")[-1] == "HBBAD 9000002", lines
+        rc, _ = g.run("test -e /tmp/damaged", check=False)
+        assert rc == 1, "a damaged line was run"
+        # The same ID twice: the second answer repeats the first output.
+        cmd = b"echo x >> /tmp/n; wc -l < /tmp/n"
+        line = b"c9000003 %d %s\n" % (len(cmd), cmd)
+        g.sock.sendall(line + line)
+        first = _read_until(g, "HBEND c9000003")
+        second = _read_until(g, "HBEND c9000003")
+        assert first[-2:] == ["c9000003| 1", "HBEND c9000003 0"], first
+        assert second[-2:] == first[-2:], second
+        _, out = g.run("wc -l < /tmp/n")
+        assert out == ["1"], f"a repeated ID ran again: {out}"
+        # The harness recovers a line that lost its first byte ...
+        before = dict(harness.CHANNEL)
+        g.sock = _LossySocket(g.sock, "first")
+        assert g.run("echo one") == (0, ["one"])
+        assert harness.CHANNEL["damaged"] == before["damaged"] + 1
+        # ... and one that never arrived.
+        harness.ACK_TIMEOUT_S = 2
+        g.sock = _LossySocket(g.sock.sock, "all")
+        assert g.run("echo two") == (0, ["two"])
+        assert harness.CHANNEL["unacked"] == before["unacked"] + 1
+        assert harness.CHANNEL["resent"] == before["resent"] + 2
+        g.sock = g.sock.sock
+        assert not vm.kernel_errors(), vm.kernel_errors()
+    finally:
+        harness.ACK_TIMEOUT_S = ack_timeout
+        vm.kill()

@@ -44,7 +44,7 @@ def test_detector_fails_a_migration_on_destination_kernel_error():
     the migration itself completed: crash the destination guest right after
     switch-over and check that the harness reports it."""
     def crash(dst, _res):
-        dst.guest.sock.sendall(b"x echo c > /proc/sysrq-trigger\n")
+        dst.guest.send("echo c > /proc/sysrq-trigger")
         dst.wait_console(r"Kernel panic|sysrq triggered crash", 60)
 
     res = migrate("stock-nohint-crash", scenario=harness.Scenario(

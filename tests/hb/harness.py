@@ -16,6 +16,7 @@ harness through PR_SET_PDEATHSIG) ends both QEMUs.
 
 import atexit
 import glob
+import itertools
 import json
 import os
 import re
@@ -83,15 +84,33 @@ class GuestError(Exception):
     """The guest did not answer as expected."""
 
 
+# Command channel health, for the whole process: lines resent because the
+# guest did not acknowledge them or said they arrived damaged.
+CHANNEL = {"resent": 0, "damaged": 0, "unacked": 0}
+ACK_TIMEOUT_S = 20
+SEND_TRIES = 4
+# Command IDs are unique in the process, not per Guest: the destination's
+# Guest talks to the same /init as the source's did, and /init does not run
+# an ID it has just run again.
+_SEQ = itertools.count(1)
+
+
 class Guest:
-    """Command channel to the guest's /init loop on ttyS1."""
+    """Command channel to the guest's /init loop on ttyS1.
+
+    Each command goes out as "cN LEN CMD".  The guest acknowledges it
+    (HBACK cN) before running it, or answers HBBAD when the line lost bytes;
+    either a damaged line or no acknowledgement within ACK_TIMEOUT_S makes
+    the host send the same line again (the guest runs an ID only once and
+    answers a repeat with the saved output).  Lines that belong to no
+    command in flight are kept in `stray` for the error message."""
 
     def __init__(self, path, dead_check=None):
         self.path = path
         self.dead_check = dead_check
         self.sock = None
         self.buf = b""
-        self.seq = 0
+        self.stray = []
 
     def connect(self, timeout=30):
         deadline = time.time() + timeout
@@ -112,30 +131,71 @@ class Guest:
             self.sock.close()
             self.sock = None
 
-    def run(self, cmd, timeout=120, check=True):
-        """Run a shell command in the guest; return (rc, output lines)."""
+    def send(self, cmd):
+        """Send a command without waiting for it; return its line."""
         if not self.sock:
             self.connect()
-        self.seq += 1
-        tag = f"c{self.seq}"
-        self.sock.sendall(f"{tag} {cmd}\n".encode())
+        cmd = cmd.strip()
+        line = f"c{next(_SEQ)} {len(cmd.encode())} {cmd}\n".encode()
+        self.sock.sendall(line)
+        return line
+
+    def _resend(self, line, why, tries):
+        CHANNEL["resent"] += 1
+        log(f"guest channel: {why}; sending {line.split()[0].decode()} again "
+            f"(try {tries + 1}/{SEND_TRIES})")
+        self.sock.sendall(line)
+
+    def run(self, cmd, timeout=120, check=True):
+        """Run a shell command in the guest; return (rc, output lines)."""
+        line = self.send(cmd)
+        tag = line.split()[0].decode()
         out = []
-        deadline = time.time() + timeout
+        acked = False
+        tries = 1
+        sent_at = time.time()
+        deadline = sent_at + timeout
         while True:
             while b"\n" in self.buf:
-                line, self.buf = self.buf.split(b"\n", 1)
-                text = line.decode(errors="replace").rstrip("\r")
+                raw, self.buf = self.buf.split(b"\n", 1)
+                text = raw.decode(errors="replace").rstrip("\r")
                 if text.startswith(tag + "| "):
                     out.append(text[len(tag) + 2:])
+                elif text == f"HBACK {tag}":
+                    acked = True
                 elif text.startswith(f"HBEND {tag} "):
                     rc = int(text.split()[2])
                     if check and rc != 0:
                         raise GuestError(f"guest command failed rc={rc}: "
                                          f"{cmd}: {out}")
                     return rc, out
-            left = deadline - time.time()
+                elif text.startswith("HBBAD") and not acked:
+                    CHANNEL["damaged"] += 1
+                    if tries >= SEND_TRIES:
+                        raise GuestError(f"guest got '{cmd}' damaged "
+                                         f"{tries} times: {text}")
+                    self._resend(line, f"guest got a damaged line ({text})",
+                                 tries)
+                    tries += 1
+                    sent_at = time.time()
+                else:
+                    self.stray = (self.stray + [text])[-20:]
+            now = time.time()
+            if not acked and now - sent_at > ACK_TIMEOUT_S:
+                CHANNEL["unacked"] += 1
+                if tries >= SEND_TRIES:
+                    raise GuestError(f"guest never acknowledged '{cmd}' "
+                                     f"({tries} sends); stray lines: "
+                                     f"{self.stray}")
+                self._resend(line, f"no HBACK for {tag} after "
+                             f"{ACK_TIMEOUT_S}s", tries)
+                tries += 1
+                sent_at = now
+            left = deadline - now
             if left <= 0:
-                raise GuestError(f"guest command timed out: {cmd}")
+                raise GuestError(f"guest command timed out: {cmd} "
+                                 f"(acknowledged: {acked}; stray lines: "
+                                 f"{self.stray})")
             self.sock.settimeout(min(left, 1.0))
             try:
                 data = self.sock.recv(65536)
