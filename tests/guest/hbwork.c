@@ -108,6 +108,43 @@ static size_t check_pattern(const uint64_t *w, size_t nwords, uint64_t seed,
 	return bad;
 }
 
+/*
+ * Describe up to *budget bad pages of w[] on stderr, one HBBADPAGE line each:
+ * guest PFN (from /proc/self/pagemap), how many words are wrong, whether the
+ * page is all zero (never sent or dropped), and the first wrong word.
+ */
+static void describe_bad(const uint64_t *w, size_t nwords, uint64_t seed,
+			 const char *what, unsigned long idx, int *budget)
+{
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+
+	for (size_t p = 0; p < nwords && *budget > 0; p += WORDS_PER_PAGE) {
+		size_t nbad = 0, first = 0, nzero = 0;
+		uint64_t ent = 0;
+
+		for (size_t i = p; i < p + WORDS_PER_PAGE && i < nwords; i++) {
+			if (w[i] != pattern(seed, i)) {
+				if (!nbad++)
+					first = i;
+			}
+			nzero += !w[i];
+		}
+		if (!nbad)
+			continue;
+		if (fd >= 0 && pread(fd, &ent, sizeof(ent),
+				     (off_t)((uintptr_t)&w[p] / PAGE) * 8) != 8)
+			ent = 0;
+		fprintf(stderr, "HBBADPAGE %s=%lu page=%zu pfn=0x%llx bad_words=%zu zero_words=%zu first_bad=%zu got=%016llx want=%016llx\n",
+			what, idx, p / WORDS_PER_PAGE,
+			(unsigned long long)(ent >> 63 ? ent & ((1ULL << 55) - 1) : 0),
+			nbad, nzero, first - p, (unsigned long long)w[first],
+			(unsigned long long)pattern(seed, first));
+		(*budget)--;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
 static uint64_t sum_words(const uint64_t *w, size_t nwords, uint64_t sum)
 {
 	for (size_t i = 0; i < nwords; i++)
@@ -274,6 +311,7 @@ static int cmd_churn(unsigned long rate, unsigned long secs, unsigned long mib)
 	unsigned long steps = 0, head = 0;
 	size_t bad = 0, verified = 0;
 	uint64_t sum = 0;
+	int budget = 16;
 
 	if (!ring || !seeds)
 		return 2;
@@ -281,8 +319,13 @@ static int cmd_churn(unsigned long rate, unsigned long secs, unsigned long mib)
 	sigaction(SIGINT, &sa, NULL);
 	while (!got_term && (secs == 0 || now_s() - t0 < secs)) {
 		if (ring[head]) {
-			bad += check_pattern(ring[head], MIB / 8, seeds[head], 0,
-					     &sum);
+			size_t b = check_pattern(ring[head], MIB / 8,
+						 seeds[head], 0, &sum);
+
+			if (b)
+				describe_bad(ring[head], MIB / 8, seeds[head],
+					     "ring", head, &budget);
+			bad += b;
 			verified += MIB;
 			munmap(ring[head], MIB);
 		}
@@ -299,7 +342,13 @@ static int cmd_churn(unsigned long rate, unsigned long secs, unsigned long mib)
 	}
 	for (unsigned long i = 0; i < nbuf; i++) {
 		if (ring[i]) {
-			bad += check_pattern(ring[i], MIB / 8, seeds[i], 0, &sum);
+			size_t b = check_pattern(ring[i], MIB / 8, seeds[i], 0,
+						 &sum);
+
+			if (b)
+				describe_bad(ring[i], MIB / 8, seeds[i], "ring",
+					     i, &budget);
+			bad += b;
 			verified += MIB;
 		}
 	}

@@ -275,6 +275,13 @@ class VM:
         args += ["-device", dev]
         if incoming:
             args += ["-incoming", incoming]
+        trace = os.environ.get("HB_TRACE")
+        if trace and binary != STOCK_QEMU:
+            # HB_TRACE=pattern[,pattern...]: QEMU trace events to the VM's
+            # log, with timestamps (debugging only).
+            for pat in trace.split(","):
+                args += ["-trace", pat]
+            args += ["-msg", "timestamp=on"]
         args += list(extra_args)
         self.machine = QEMUMachine(
             binary, args=args, name=name, base_temp_dir=workdir,
@@ -413,6 +420,10 @@ def balloon_features(vm):
     return out[0].strip()
 
 
+# Precopy bandwidth of a postcopy scenario: slow enough that the switch to
+# postcopy comes while most of RAM is still unsent.
+POSTCOPY_PRECOPY_BW = 4 << 20
+
 WORKLOADS = ("fresh", "stale", "frag", "churn", "cache")
 
 # The data-loss scenarios (tests/test_30_dataloss.py, scripts/soak.py):
@@ -436,7 +447,8 @@ class Scenario:
 
     def __init__(self, workload="stale", mem_mib=1024, keep_mib=24,
                  hold_mib=16, stale_pct=75, churn_rate=64, settle=1.0,
-                 throttle_start_s=0.0, seed=None, ticker=True):
+                 throttle_start_s=0.0, seed=None, ticker=True,
+                 postcopy_after_s=0.0):
         assert workload in WORKLOADS, workload
         self.workload = workload
         self.mem_mib = mem_mib
@@ -447,6 +459,9 @@ class Scenario:
         self.settle = settle
         self.throttle_start_s = throttle_start_s
         self.ticker = ticker
+        # > 0: postcopy-ram on both sides, precopy at POSTCOPY_PRECOPY_BW,
+        # migrate-start-postcopy this many seconds after `migrate`.
+        self.postcopy_after_s = postcopy_after_s
         self.seed = seed if seed is not None else int(time.time()) & 0xffffff
 
 
@@ -504,6 +519,9 @@ def verify_guest(vm, sc, res):
         churn = next((parse_kv(x) for x in out if x.startswith("HBWORK")),
                      None)
         v["churn"] = churn
+        bad = [x for x in out if x.startswith("HBBADPAGE")]
+        if bad:
+            v["churn_bad_pages"] = bad
         if not churn or churn.get("ok") != 1:
             ok = False
         else:
@@ -597,11 +615,15 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         if on_source_ready:
             on_source_ready(src, res)
         dst.launch()
+        caps = [{"capability": "events", "state": True}]
+        if sc.postcopy_after_s:
+            caps.append({"capability": "postcopy-ram", "state": True})
         for vm in (src, dst):
-            vm.qmp("migrate-set-capabilities", capabilities=[
-                {"capability": "events", "state": True}])
+            vm.qmp("migrate-set-capabilities", capabilities=caps)
         bw_full = 10 << 30
         bw = 1 << 20 if sc.throttle_start_s else bw_full
+        if sc.postcopy_after_s:
+            bw = POSTCOPY_PRECOPY_BW
         src.qmp("migrate-set-parameters", **{"max-bandwidth": bw,
                                               "downtime-limit": 300})
         hint_before = balloon_stats(src) if balloon == "ours" else {}
@@ -609,12 +631,20 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         t_mig = time.time()
         src.qmp("migrate", uri=f"unix:{mig_sock}")
         throttled = [bool(sc.throttle_start_s)]
+        res["states"] = []
 
-        def tick(_info):
+        def tick(info):
+            if info.get("status") not in res["states"]:
+                res["states"].append(info.get("status"))
             if throttled[0] and time.time() - t_mig >= sc.throttle_start_s:
                 src.qmp("migrate-set-parameters",
                         **{"max-bandwidth": bw_full})
                 throttled[0] = False
+            if (sc.postcopy_after_s and info.get("status") == "active"
+                    and "postcopy" not in res
+                    and time.time() - t_mig >= sc.postcopy_after_s):
+                res["postcopy"] = round(time.time() - t_mig, 2)
+                src.qmp("migrate-start-postcopy")
         info = _wait_migration(src, timeout, tick)
         cpu1 = src.cpu_seconds()
         res["cpu_s"] = {k: round(cpu1.get(k, 0) - cpu0.get(k, 0), 3)
