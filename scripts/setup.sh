@@ -47,7 +47,7 @@ PKGS=(
 	dpkg-dev devscripts python3 python3-venv
 	ninja-build meson pkg-config ccache libglib2.0-dev libpixman-1-dev
 	zlib1g-dev libfdt-dev libslirp-dev libcap-ng-dev libattr1-dev
-	python3-matplotlib xz-utils zstd
+	python3-matplotlib xz-utils zstd gdb
 )
 
 missing=()
