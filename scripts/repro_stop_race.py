@@ -82,12 +82,7 @@ def one_run(qemu, hold, wd):
         if info.get("status") != "completed":
             return None, f"migration {info.get('status')}", False
         dst.guest.connect()
-        dst.guest.run("for p in $(pidof hbwork); do grep -q churn "
-                      "/proc/$p/cmdline && kill -TERM $p; done; sleep 1",
-                      check=False)
-        _, out = dst.guest.run("cat /tmp/churn.out", check=False)
-        res = next((harness.parse_kv(x) for x in out
-                    if x.startswith("HBWORK")), {})
+        res = harness.stop_churn(dst.guest)[0] or {}
         errs = dst.kernel_errors()
         ok = res.get("ok") == 1 and res.get("bad_pages") == 0 and not errs
         return res.get("bad_pages"), (

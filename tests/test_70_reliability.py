@@ -506,7 +506,7 @@ def test_round_stop_waits_for_a_batch_in_flight():
     clear its ranges.  scripts/repro_stop_race.py makes that interleaving
     likely (gdb holds the balloon iothread 90 ms at every range clear while
     the guest writes 64 MiB/s of fresh allocations); the series before the
-    fix lost 548-766 pages in 5 of 8 such runs.  Three runs: no page lost,
+    fix lost 548-766 pages in 6 of 11 such runs.  Three runs: no page lost,
     no kernel error."""
     need_ours()
     r = subprocess.run([sys.executable,

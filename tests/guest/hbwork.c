@@ -301,6 +301,17 @@ static int cmd_frag(const char *path, unsigned long mib, unsigned long hole_kb)
  * Churn: a ring of 1 MiB buffers inside a MIB-sized window.  Each step frees
  * the oldest buffer (after verifying it) and allocates and writes a new one.
  */
+/* Check churn ring buffer @idx (1 MiB); describe its bad pages, if any */
+static size_t churn_check(const uint64_t *w, uint64_t seed, unsigned long idx,
+			  uint64_t *sum, int *budget)
+{
+	size_t bad = check_pattern(w, MIB / 8, seed, 0, sum);
+
+	if (bad)
+		describe_bad(w, MIB / 8, seed, "ring", idx, budget);
+	return bad;
+}
+
 static int cmd_churn(unsigned long rate, unsigned long secs, unsigned long mib)
 {
 	unsigned long nbuf = mib ? mib : 64;
@@ -319,13 +330,8 @@ static int cmd_churn(unsigned long rate, unsigned long secs, unsigned long mib)
 	sigaction(SIGINT, &sa, NULL);
 	while (!got_term && (secs == 0 || now_s() - t0 < secs)) {
 		if (ring[head]) {
-			size_t b = check_pattern(ring[head], MIB / 8,
-						 seeds[head], 0, &sum);
-
-			if (b)
-				describe_bad(ring[head], MIB / 8, seeds[head],
-					     "ring", head, &budget);
-			bad += b;
+			bad += churn_check(ring[head], seeds[head], head, &sum,
+					   &budget);
 			verified += MIB;
 			munmap(ring[head], MIB);
 		}
@@ -342,13 +348,7 @@ static int cmd_churn(unsigned long rate, unsigned long secs, unsigned long mib)
 	}
 	for (unsigned long i = 0; i < nbuf; i++) {
 		if (ring[i]) {
-			size_t b = check_pattern(ring[i], MIB / 8, seeds[i], 0,
-						 &sum);
-
-			if (b)
-				describe_bad(ring[i], MIB / 8, seeds[i], "ring",
-					     i, &budget);
-			bad += b;
+			bad += churn_check(ring[i], seeds[i], i, &sum, &budget);
 			verified += MIB;
 		}
 	}

@@ -140,11 +140,15 @@ class Guest:
         self.sock.sendall(line)
         return line
 
-    def _resend(self, line, why, tries):
+    def _resend(self, line, tries, why, give_up):
+        """Send `line` again after `tries` sends, or raise `give_up`."""
+        if tries >= SEND_TRIES:
+            raise GuestError(give_up)
         CHANNEL["resent"] += 1
         log(f"guest channel: {why}; sending {line.split()[0].decode()} again "
             f"(try {tries + 1}/{SEND_TRIES})")
         self.sock.sendall(line)
+        return tries + 1, time.time()
 
     def run(self, cmd, timeout=120, check=True):
         """Run a shell command in the guest; return (rc, output lines)."""
@@ -171,27 +175,18 @@ class Guest:
                     return rc, out
                 elif text.startswith("HBBAD") and not acked:
                     CHANNEL["damaged"] += 1
-                    if tries >= SEND_TRIES:
-                        raise GuestError(f"guest got '{cmd}' damaged "
-                                         f"{tries} times: {text}")
-                    self._resend(line, f"guest got a damaged line ({text})",
-                                 tries)
-                    tries += 1
-                    sent_at = time.time()
+                    tries, sent_at = self._resend(
+                        line, tries, f"guest got a damaged line ({text})",
+                        f"guest got '{cmd}' damaged {tries} times: {text}")
                 else:
                     self.stray = (self.stray + [text])[-20:]
-            now = time.time()
-            if not acked and now - sent_at > ACK_TIMEOUT_S:
+            if not acked and time.time() - sent_at > ACK_TIMEOUT_S:
                 CHANNEL["unacked"] += 1
-                if tries >= SEND_TRIES:
-                    raise GuestError(f"guest never acknowledged '{cmd}' "
-                                     f"({tries} sends); stray lines: "
-                                     f"{self.stray}")
-                self._resend(line, f"no HBACK for {tag} after "
-                             f"{ACK_TIMEOUT_S}s", tries)
-                tries += 1
-                sent_at = now
-            left = deadline - now
+                tries, sent_at = self._resend(
+                    line, tries, f"no HBACK for {tag} after {ACK_TIMEOUT_S}s",
+                    f"guest never acknowledged '{cmd}' ({tries} sends); "
+                    f"stray lines: {self.stray}")
+            left = deadline - time.time()
             if left <= 0:
                 raise GuestError(f"guest command timed out: {cmd} "
                                  f"(acknowledged: {acked}; stray lines: "
@@ -506,20 +501,25 @@ def prepare_guest(vm, sc, res):
     time.sleep(sc.settle)
 
 
+def stop_churn(g):
+    """Stop `hbwork churn` (started with output to /tmp/churn.out); return
+    its result fields (None if it printed none) and its HBBADPAGE lines."""
+    # (busybox-static has no pkill)
+    g.run("for p in $(pidof hbwork); do grep -q churn /proc/$p/cmdline "
+          "&& kill -TERM $p; done; sleep 1", check=False)
+    _, out = g.run("cat /tmp/churn.out", check=False)
+    churn = next((parse_kv(x) for x in out if x.startswith("HBWORK")), None)
+    return churn, [x for x in out if x.startswith("HBBADPAGE")]
+
+
 def verify_guest(vm, sc, res):
     """Verify on the destination; fill res['verify'] and return ok."""
     g = vm.guest
     v = {"bytes_verified": 0}
     ok = True
     if sc.workload == "churn":
-        # (busybox-static has no pkill)
-        g.run("for p in $(pidof hbwork); do grep -q churn /proc/$p/cmdline "
-              "&& kill -TERM $p; done; sleep 1", check=False)
-        _, out = g.run("cat /tmp/churn.out", check=False)
-        churn = next((parse_kv(x) for x in out if x.startswith("HBWORK")),
-                     None)
+        churn, bad = stop_churn(g)
         v["churn"] = churn
-        bad = [x for x in out if x.startswith("HBBADPAGE")]
         if bad:
             v["churn_bad_pages"] = bad
         if not churn or churn.get("ok") != 1:
