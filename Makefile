@@ -62,7 +62,7 @@ demo: qemu image
 
 bench: qemu image
 	@mkdir -p build/tmp
-	@$(PY) scripts/bench.py $(if $(QUICK),--quick)
+	@$(PY) scripts/bench.py $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:
 	-@$(MAKE) --no-print-directory -C guest clean

@@ -27,11 +27,14 @@ All timings are TCG timings.
 """
 
 import argparse
+import atexit
 import glob
 import json
+import mmap
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -182,7 +185,7 @@ HINT_POLL = ("( d=$(ls -d /sys/bus/virtio/devices/*/free_page_hint | head -1);"
              " done ) > /tmp/hintpoll.out 2>&1 & echo $! > /tmp/hintpoll.pid")
 
 
-def make_hooks(cell_wl, balloon, state):
+def make_hooks(cell_wl, balloon, state, mem):
     """on_source_ready / on_destination hooks for one run."""
 
     def on_source_ready(vm, res):
@@ -216,6 +219,9 @@ def make_hooks(cell_wl, balloon, state):
     def on_destination(dst, res):
         if "sampler" in state:
             res["cpu_s_sampled"] = state.pop("sampler").finish()
+        # How much of guest RAM the load touched on the destination, and how
+        # much of that the host backs with transparent huge pages.
+        res["dst_ram"] = dst.ram_mapping(mem)
         if balloon == "ours":
             dst.guest.run("kill $(cat /tmp/hintpoll.pid)", check=False)
             _, out = dst.guest.run("cat /tmp/hintpoll.out", check=False)
@@ -233,7 +239,7 @@ def run_one(cfg, wl, mem, rep, our_bin, seed):
     workload = "stale" if wl == "stale+bw" else wl
     sc = harness.Scenario(workload=workload, mem_mib=mem, seed=seed)
     state = {}
-    src_ready, on_dst = make_hooks(wl, balloon, state)
+    src_ready, on_dst = make_hooks(wl, balloon, state, mem)
     # Watchdog: a guest corrupted by a bad migration can hang in the
     # verification for minutes (harness timeouts are up to 300 s per
     # command); end the QEMUs instead, which makes the harness return.
@@ -270,7 +276,8 @@ def run_one(cfg, wl, mem, rep, our_bin, seed):
         res = harness.migrate_once(binary, binary, balloon=balloon, hint=hint,
                                    scenario=sc, balloon_args=bargs,
                                    timeout=limit, on_source_ready=src_ready,
-                                   on_destination=on_dst)
+                                   on_destination=on_dst,
+                                   dst_args=DST_ARGS)
     except Exception as exc:  # pylint: disable=broad-except
         # The harness only catches GuestError; a QMP call cut off by the
         # watchdog lands here without the harness' dict.  Keep at least the
@@ -643,6 +650,73 @@ def sh(cmd):
         return ""
 
 
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+# Extra arguments for every destination QEMU (--dst-prealloc).
+DST_ARGS = []
+
+
+def host_thp():
+    """The host's transparent huge page mode (the bracketed word)."""
+    try:
+        with open(THP_ENABLED) as f:
+            return f.read().split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        return None
+
+
+def set_host_thp(mode):
+    with open(THP_ENABLED, "w") as f:
+        f.write(mode)
+    if host_thp() != mode:
+        raise SystemExit(f"could not set {THP_ENABLED} to {mode}")
+
+
+def keep_thp(mode):
+    """Set the host's THP mode until this process ends, however it ends."""
+    before = host_thp()
+    set_host_thp(mode)
+    log(f"host transparent huge pages: {mode} for this run (was {before})")
+
+    def restore():
+        if host_thp() != before:
+            set_host_thp(before)
+            log(f"host transparent huge pages: {before} again")
+    atexit.register(restore)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        prev = signal.getsignal(sig)
+
+        def on_signal(signum, frame, prev=prev):
+            restore()
+            if callable(prev):
+                prev(signum, frame)
+            raise SystemExit(128 + signum)
+        signal.signal(sig, on_signal)
+
+
+def fault_probe(mib=128):
+    """ns per 4 KiB page to fault in fresh anonymous memory: advised huge
+    twice (the first touch takes memory the host has not used recently,
+    the second reuses what the first freed) and advised small.  On a
+    machine that is itself a VM, the first figure includes the outer
+    host's faults; the destination QEMU pays it for every huge page it
+    loads into."""
+    out = {}
+    size = mib << 20
+    for key, adv in (("huge_cold", mmap.MADV_HUGEPAGE),
+                     ("huge_warm", mmap.MADV_HUGEPAGE),
+                     ("small", mmap.MADV_NOHUGEPAGE)):
+        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            m.madvise(adv)
+            t = time.perf_counter()
+            for off in range(0, size, 4096):
+                m[off] = 1
+            out[key] = round((time.perf_counter() - t) / (size >> 12) * 1e9)
+        finally:
+            m.close()
+    return out
+
+
 def machine_info(our_bin):
     cpu = ""
     try:
@@ -665,6 +739,8 @@ def machine_info(our_bin):
         "our_qemu_patched": "free-page-hint-wait-ms" in sh(
             f"{our_bin} -device virtio-balloon-pci,help 2>&1"),
         "guest_kernel": harness.guest_kernel(),
+        "host_thp": host_thp(),
+        "fault_ns_per_4k": fault_probe(),
         "git": sh(f"git -C {TOP} rev-parse --short HEAD"),
         "git_dirty": bool(sh(f"git -C {TOP} status --porcelain guest "
                              "host-qemu-patch tests")),
@@ -817,6 +893,12 @@ def main():
                     help="write the results into Documentation/benchmarks.md")
     ap.add_argument("--append", action="store_true",
                     help="add to the existing results.json")
+    ap.add_argument("--dst-prealloc", action="store_true",
+                    help="start every destination with -mem-prealloc, so "
+                    "the load writes into RAM that is already there")
+    ap.add_argument("--host-thp", choices=("always", "madvise", "never"),
+                    help="set the host's transparent huge page mode for "
+                    "the run (both QEMUs, every config); restored after")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     os.makedirs(os.path.join(TOP, "build", "tmp"), exist_ok=True)
@@ -838,6 +920,10 @@ def main():
     else:
         cells, mode = full_matrix(), "full"
     repeats = a.repeats or (1 if a.quick else 3)
+    if a.host_thp:
+        keep_thp(a.host_thp)
+    if a.dst_prealloc:
+        DST_ARGS.append("-mem-prealloc")
     our_bin = snapshot_our_qemu()
     meta = machine_info(our_bin)
     if not meta["our_qemu_patched"]:
@@ -846,7 +932,7 @@ def main():
     meta.update(mode=mode, repeats=repeats,
                 started=time.strftime("%Y-%m-%d %H:%M:%S"),
                 command=" ".join([sys.executable] + sys.argv),
-                cells=[list(c) for c in cells],
+                cells=[list(c) for c in cells], dst_args=DST_ARGS,
                 configs={k: v[4] for k, v in CONFIGS.items()})
     results = {"meta": meta, "runs": []}
     if a.append and os.path.exists(RESULTS):

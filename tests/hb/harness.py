@@ -352,6 +352,33 @@ class VM:
             self.kill()
         _LIVE.discard(self)
 
+    def ram_mapping(self, mem_mib):
+        """The host mapping behind guest RAM, from /proc/PID/smaps: the
+        anonymous mapping of at least mem_mib.  Returns {"size_kb",
+        "rss_kb", "anon_huge_kb", "flags"} or None."""
+        pid = self.machine.get_pid()
+        best, cur = None, None
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split()
+                if "-" in head[0] and not head[0].endswith(":"):
+                    cur = {"anon": len(head) < 6}
+                elif cur is None:
+                    continue
+                elif head[0] in ("Size:", "Rss:", "AnonHugePages:"):
+                    key = {"Size:": "size_kb", "Rss:": "rss_kb",
+                           "AnonHugePages:": "anon_huge_kb"}[head[0]]
+                    cur[key] = int(head[1])
+                elif head[0] == "VmFlags:":
+                    cur["flags"] = head[1:]
+                    if (cur["anon"] and cur.get("size_kb", 0) >= mem_mib << 10
+                            and (best is None
+                                 or cur["size_kb"] > best["size_kb"])):
+                        best = cur
+        if best:
+            best.pop("anon")
+        return best
+
     def cpu_seconds(self):
         """User+system CPU seconds of this QEMU, by thread name."""
         pid = self.machine.get_pid()
@@ -583,9 +610,10 @@ def _wait_migration(src, timeout, on_tick=None):
 def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                  hint=False, scenario=None, workdir=None, balloon_args="",
                  device_props="", timeout=600, keep_dirs=False,
-                 on_source_ready=None, on_destination=None):
+                 on_source_ready=None, on_destination=None, dst_args=()):
     """Boot a source guest, prepare it, migrate it, verify it on the
-    destination.  Returns a JSON-able dict; never leaves a QEMU behind."""
+    destination.  Returns a JSON-able dict; never leaves a QEMU behind.
+    dst_args: extra QEMU arguments for the destination only."""
     sc = scenario or Scenario()
     dst_bin = dst_bin or src_bin
     own_dir = workdir is None
@@ -600,13 +628,15 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                       "mem_mib": sc.mem_mib, "seed": sc.seed,
                       "throttle_start_s": sc.throttle_start_s,
                       "device_props": device_props,
-                      "balloon_args": balloon_args},
+                      "balloon_args": balloon_args,
+                      "dst_args": list(dst_args)},
            "ok": False, "data_intact": None, "kernel_errors": [],
            "workdir": workdir}
     common = dict(mem_mib=sc.mem_mib, balloon=balloon, hint=hint,
                   balloon_args=balloon_args, device_props=device_props)
     src = VM(workdir, "src", src_bin, **common)
-    dst = VM(workdir, "dst", dst_bin, incoming=f"unix:{mig_sock}", **common)
+    dst = VM(workdir, "dst", dst_bin, incoming=f"unix:{mig_sock}",
+             extra_args=tuple(dst_args), **common)
     try:
         t0 = time.time()
         src.boot()
