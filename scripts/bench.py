@@ -185,7 +185,7 @@ HINT_POLL = ("( d=$(ls -d /sys/bus/virtio/devices/*/free_page_hint | head -1);"
              " done ) > /tmp/hintpoll.out 2>&1 & echo $! > /tmp/hintpoll.pid")
 
 
-def make_hooks(cell_wl, balloon, state, mem):
+def make_hooks(cell_wl, balloon, state):
     """on_source_ready / on_destination hooks for one run."""
 
     def on_source_ready(vm, res):
@@ -219,9 +219,6 @@ def make_hooks(cell_wl, balloon, state, mem):
     def on_destination(dst, res):
         if "sampler" in state:
             res["cpu_s_sampled"] = state.pop("sampler").finish()
-        # How much of guest RAM the load touched on the destination, and how
-        # much of that the host backs with transparent huge pages.
-        res["dst_ram"] = dst.ram_mapping(mem)
         if balloon == "ours":
             dst.guest.run("kill $(cat /tmp/hintpoll.pid)", check=False)
             _, out = dst.guest.run("cat /tmp/hintpoll.out", check=False)
@@ -239,7 +236,7 @@ def run_one(cfg, wl, mem, rep, our_bin, seed):
     workload = "stale" if wl == "stale+bw" else wl
     sc = harness.Scenario(workload=workload, mem_mib=mem, seed=seed)
     state = {}
-    src_ready, on_dst = make_hooks(wl, balloon, state, mem)
+    src_ready, on_dst = make_hooks(wl, balloon, state)
     # Watchdog: a guest corrupted by a bad migration can hang in the
     # verification for minutes (harness timeouts are up to 300 s per
     # command); end the QEMUs instead, which makes the harness return.

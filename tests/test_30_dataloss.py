@@ -10,15 +10,22 @@ from hb.testlib import (REPEAT, Skip, assert_intact, have_ours_driver,
                         migrate, qemu_bin, tag)
 
 
-def _run(driver, name):
+def _run(driver, name, dst_args=(), label=""):
     balloon, args = DATALOSS_DRIVERS[driver]
     if balloon == "ours" and not have_ours_driver():
         raise Skip("our driver is not built")
     for i in range(REPEAT):
-        res = migrate(f"ours-{driver}-{name}-{i}", src_bin=qemu_bin("ours"),
-                      balloon=balloon, hint=True, balloon_args=args,
+        res = migrate(f"ours-{driver}-{name}{label}-{i}",
+                      src_bin=qemu_bin("ours"), balloon=balloon, hint=True,
+                      balloon_args=args, dst_args=dst_args,
                       scenario=harness.Scenario(**DATALOSS_SCENARIOS[name]))
-        assert_intact(res, f"{driver}/{name} run {i + 1}/{REPEAT}")
+        assert_intact(res, f"{driver}/{name}{label} run {i + 1}/{REPEAT}")
+        if dst_args:
+            # The regime this test is for: the load did not wait for the
+            # destination's page faults (~70 ms instead of ~450 ms at 1 GiB).
+            ram = res.get("dst_ram") or {}
+            assert ram.get("rss_kb", 0) >= res["config"]["mem_mib"] << 10, \
+                f"destination RAM not preallocated: {ram}"
 
 
 def _make(driver, name):
@@ -33,3 +40,13 @@ for _d in DATALOSS_DRIVERS:
     for _n in DATALOSS_SCENARIOS:
         _t = _make(_d, _n)
         globals()[_t.__name__] = _t
+
+
+@tag("dataloss")
+def test_our_qemu_churn_into_preallocated_destination():
+    """Churn during a migration whose destination has its RAM preallocated
+    (-mem-prealloc): the load no longer waits for page faults, so the
+    guest's hint round, the pre-send wait and the bulk stage overlap far
+    more tightly than in the other tests.  Both drivers."""
+    for driver in ("ours", "intree"):
+        _run(driver, "churn", dst_args=("-mem-prealloc",), label="-prealloc")

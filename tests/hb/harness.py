@@ -696,6 +696,9 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                 raise GuestError("destination did not start running")
             time.sleep(0.1)
         res["dst_status"] = "running"
+        # How much guest RAM the load touched on the destination, and how
+        # much of it the host backs with transparent huge pages.
+        res["dst_ram"] = dst.ram_mapping(sc.mem_mib)
         src.kill()
         dst.guest.connect()
         if on_destination:
