@@ -355,26 +355,32 @@ class VM:
     def ram_mapping(self, mem_mib):
         """The host mapping behind guest RAM, from /proc/PID/smaps: the
         anonymous mapping of at least mem_mib.  Returns {"size_kb",
-        "rss_kb", "anon_huge_kb", "flags"} or None."""
-        pid = self.machine.get_pid()
+        "rss_kb", "anon_huge_kb", "flags"} or None, also when the
+        process is gone: it never raises."""
         best, cur = None, None
-        with open(f"/proc/{pid}/smaps") as f:
-            for line in f:
-                head = line.split()
-                if "-" in head[0] and not head[0].endswith(":"):
-                    cur = {"anon": len(head) < 6}
-                elif cur is None:
-                    continue
-                elif head[0] in ("Size:", "Rss:", "AnonHugePages:"):
-                    key = {"Size:": "size_kb", "Rss:": "rss_kb",
-                           "AnonHugePages:": "anon_huge_kb"}[head[0]]
-                    cur[key] = int(head[1])
-                elif head[0] == "VmFlags:":
-                    cur["flags"] = head[1:]
-                    if (cur["anon"] and cur.get("size_kb", 0) >= mem_mib << 10
-                            and (best is None
-                                 or cur["size_kb"] > best["size_kb"])):
-                        best = cur
+        try:
+            with open(f"/proc/{self.machine.get_pid()}/smaps") as f:
+                lines = f.read().splitlines()
+        except (OSError, TypeError):
+            return None
+        for line in lines:
+            head = line.split()
+            if not head:
+                continue
+            if "-" in head[0] and not head[0].endswith(":"):
+                cur = {"anon": len(head) < 6}
+            elif cur is None:
+                continue
+            elif head[0] in ("Size:", "Rss:", "AnonHugePages:"):
+                key = {"Size:": "size_kb", "Rss:": "rss_kb",
+                       "AnonHugePages:": "anon_huge_kb"}[head[0]]
+                cur[key] = int(head[1])
+            elif head[0] == "VmFlags:":
+                cur["flags"] = head[1:]
+                if (cur["anon"] and cur.get("size_kb", 0) >= mem_mib << 10
+                        and (best is None
+                             or cur["size_kb"] > best["size_kb"])):
+                    best = cur
         if best:
             best.pop("anon")
         return best
