@@ -230,7 +230,7 @@ def make_hooks(cell_wl, balloon, state):
     return on_source_ready, on_destination
 
 
-def run_one(cfg, wl, mem, rep, our_bin, seed):
+def run_one(cfg, wl, mem, rep, our_bin, seed, dst_args=()):
     qemu, balloon, hint, bargs, _ = CONFIGS[cfg]
     binary = harness.STOCK_QEMU if qemu == "stock" else our_bin
     workload = "stale" if wl == "stale+bw" else wl
@@ -274,7 +274,7 @@ def run_one(cfg, wl, mem, rep, our_bin, seed):
                                    scenario=sc, balloon_args=bargs,
                                    timeout=limit, on_source_ready=src_ready,
                                    on_destination=on_dst,
-                                   dst_args=DST_ARGS)
+                                   dst_args=dst_args)
     except Exception as exc:  # pylint: disable=broad-except
         # The harness only catches GuestError; a QMP call cut off by the
         # watchdog lands here without the harness' dict.  Keep at least the
@@ -648,8 +648,6 @@ def sh(cmd):
 
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
-# Extra arguments for every destination QEMU (--dst-prealloc).
-DST_ARGS = []
 
 
 def host_thp():
@@ -919,8 +917,7 @@ def main():
     repeats = a.repeats or (1 if a.quick else 3)
     if a.host_thp:
         keep_thp(a.host_thp)
-    if a.dst_prealloc:
-        DST_ARGS.append("-mem-prealloc")
+    dst_args = harness.PREALLOC_DST if a.dst_prealloc else ()
     our_bin = snapshot_our_qemu()
     meta = machine_info(our_bin)
     if not meta["our_qemu_patched"]:
@@ -929,7 +926,7 @@ def main():
     meta.update(mode=mode, repeats=repeats,
                 started=time.strftime("%Y-%m-%d %H:%M:%S"),
                 command=" ".join([sys.executable] + sys.argv),
-                cells=[list(c) for c in cells], dst_args=DST_ARGS,
+                cells=[list(c) for c in cells], dst_args=list(dst_args),
                 configs={k: v[4] for k, v in CONFIGS.items()})
     results = {"meta": meta, "runs": []}
     if a.append and os.path.exists(RESULTS):
@@ -960,7 +957,7 @@ def main():
             f"{_size(mem)} repeat {rep + 1}/{repeats} — {len(left) - 1} left "
             f"after this, ETA {eta / 60:.1f} min "
             f"(~{time.strftime('%H:%M', time.localtime(time.time() + eta))})")
-        res = run_one(cfg, wl, mem, rep, our_bin, seed0 + i)
+        res = run_one(cfg, wl, mem, rep, our_bin, seed0 + i, dst_args)
         history.append((wl, mem, res["wall_s"]))
         results["runs"].append(res)
         fg = figures(res)

@@ -31,7 +31,7 @@ def main():
     stock = os.environ.get("QEMU", "ours") == "stock"
     qemu = harness.STOCK_QEMU if stock else harness.OUR_QEMU
     prealloc = os.environ.get("DST_PREALLOC") == "1"
-    dst_args = ["-mem-prealloc"] if prealloc else []
+    dst_args = list(harness.PREALLOC_DST) if prealloc else []
     out = os.path.join(harness.BUILD, "soak",
                        ("soak-stock" if stock else "soak") +
                        ("-prealloc" if prealloc else "") + ".json")

@@ -65,7 +65,7 @@ def test_stock_parts_lose_data_and_the_detector_sees_it():
     for i in range(8):
         fast = i % 2 == 0
         res = migrate(f"stock-hint-{i}", hint=True,
-                      dst_args=("-mem-prealloc",) if fast else (),
+                      dst_args=harness.PREALLOC_DST if fast else (),
                       scenario=harness.Scenario(
                           "stale", mem_mib=2048 if fast else 1024,
                           throttle_start_s=0.0 if fast else 2.0))

@@ -49,4 +49,5 @@ def test_our_qemu_churn_into_preallocated_destination():
     guest's hint round, the pre-send wait and the bulk stage overlap far
     more tightly than in the other tests.  Both drivers."""
     for driver in ("ours", "intree"):
-        _run(driver, "churn", dst_args=("-mem-prealloc",), label="-prealloc")
+        _run(driver, "churn", dst_args=harness.PREALLOC_DST,
+             label="-prealloc")
