@@ -34,16 +34,17 @@
  * Shrinker: embedded struct with a name since 6.0; allocated with
  * shrinker_alloc() since 6.7.  Callers embed a struct vb_compat_shrinker.
  */
+typedef unsigned long (*vb_shrink_fn)(struct shrinker *,
+				     struct shrink_control *);
+
 #if VB_KVER_NUM >= 0x060700
 struct vb_compat_shrinker {
 	struct shrinker *s;
 };
 
 static inline int vb_compat_shrinker_register(struct vb_compat_shrinker *cs,
-					      unsigned long (*count)(struct shrinker *,
-								     struct shrink_control *),
-					      unsigned long (*scan)(struct shrinker *,
-								    struct shrink_control *),
+					      vb_shrink_fn count,
+					      vb_shrink_fn scan,
 					      void *priv, const char *name)
 {
 	cs->s = shrinker_alloc(0, "%s", name);
@@ -73,10 +74,8 @@ struct vb_compat_shrinker {
 };
 
 static inline int vb_compat_shrinker_register(struct vb_compat_shrinker *cs,
-					      unsigned long (*count)(struct shrinker *,
-								     struct shrink_control *),
-					      unsigned long (*scan)(struct shrinker *,
-								    struct shrink_control *),
+					      vb_shrink_fn count,
+					      vb_shrink_fn scan,
 					      void *priv, const char *name)
 {
 	cs->s.count_objects = count;
