@@ -49,7 +49,8 @@ bdir=$top/build/src/qemu-7.2/build-qemu
 stash=$top/build/qtests
 qcache=${BH_CACHE:-/var/cache/balloon-hint}/qtests
 logs=$top/build/results/qtests
-mkdir -p "$stash/bin" "$logs"
+scratch=$top/build/tmp/qtests
+mkdir -p "$stash/bin" "$logs" "$scratch"
 
 targets=(tests/qtest/qos-test tests/qtest/qom-test
 	 tests/qtest/device-introspect-test tests/qtest/migration-test)
@@ -121,8 +122,12 @@ run_one() { # label qemu name timeout cmd...
 	local label=$1 qemu=$2 name=$3 tmo=$4; shift 4
 	local log=$logs/$label-$name.log t0 rc
 	t0=$(date +%s)
-	unshare -m sh -c 'mount --bind /dev/null /dev/kvm && exec "$@"' sh \
-		env QTEST_QEMU_BINARY="$qemu" timeout -k 10 "$tmo" "$@" > "$log" 2>&1
+	# Some qtests make scratch directories in the current directory (the
+	# 9p ones: qtest-9p-local-*); one killed mid-run would leave them in
+	# the source tree.
+	(cd "$scratch" &&
+	 unshare -m sh -c 'mount --bind /dev/null /dev/kvm && exec "$@"' sh \
+		env QTEST_QEMU_BINARY="$qemu" timeout -k 10 "$tmo" "$@") > "$log" 2>&1
 	rc=$?
 	local ok nok skip
 	ok=$(grep -c '^ok ' "$log")
