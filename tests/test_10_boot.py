@@ -107,6 +107,9 @@ def test_command_channel_survives_lost_bytes():
         g.sock = _LossySocket(g.sock, "first")
         assert g.run("echo one") == (0, ["one"])
         assert harness.CHANNEL["damaged"] == before["damaged"] + 1
+        # ... and reads the guest's serial counters after it.
+        assert g.serial_diag and g.serial_diag[0].startswith("1: uart:"), \
+            g.serial_diag
         # ... and one that never arrived.
         harness.ACK_TIMEOUT_S = 2
         g.sock = _LossySocket(g.sock.sock, "all")

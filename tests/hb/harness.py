@@ -97,6 +97,10 @@ SEND_TRIES = 4
 # Guest talks to the same /init as the source's did, and /init does not run
 # an ID it has just run again.
 _SEQ = itertools.count(1)
+# What Guest.run() reads after a damaged line: ttyS1's counters and any
+# "input overrun" the n_tty layer reported.
+SERIAL_DIAG = ("grep '^1:' /proc/tty/driver/serial; "
+               "dmesg | grep -i overrun | tail -3")
 
 
 class Guest:
@@ -115,6 +119,7 @@ class Guest:
         self.sock = None
         self.buf = b""
         self.stray = []
+        self.serial_diag = None
 
     def connect(self, timeout=30):
         deadline = time.time() + timeout
@@ -149,13 +154,27 @@ class Guest:
         if tries >= SEND_TRIES:
             raise GuestError(give_up)
         CHANNEL["resent"] += 1
-        log(f"guest channel: {why}; sending {line.split()[0].decode()} again "
+        log(f"guest channel ({os.path.basename(self.path)}): {why}; sending "
+            f"{line.decode(errors='replace').strip()[:80]!r} again "
             f"(try {tries + 1}/{SEND_TRIES})")
         self.sock.sendall(line)
         return tries + 1, time.time()
 
     def run(self, cmd, timeout=120, check=True):
-        """Run a shell command in the guest; return (rc, output lines)."""
+        """Run a shell command in the guest; return (rc, output lines).
+        After a command that arrived damaged, log what the guest's serial
+        layer counted (UART overruns "oe", tty buffer overruns "bo"), so a
+        lost byte can be told apart from a mangled one."""
+        damaged = CHANNEL["damaged"]
+        rc, out = self._run(cmd, timeout, check)
+        if CHANNEL["damaged"] != damaged and cmd != SERIAL_DIAG:
+            _, diag = self._run(SERIAL_DIAG, 60, False)
+            self.serial_diag = diag
+            log(f"guest channel ({os.path.basename(self.path)}): serial "
+                f"counters after the damaged line: {' | '.join(diag)}")
+        return rc, out
+
+    def _run(self, cmd, timeout, check):
         line = self.send(cmd)
         tag = line.split()[0].decode()
         out = []
