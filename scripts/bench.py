@@ -230,11 +230,13 @@ def make_hooks(cell_wl, balloon, state):
     return on_source_ready, on_destination
 
 
-def run_one(cfg, wl, mem, rep, our_bin, seed, dst_args=()):
+def run_one(cfg, wl, mem, rep, our_bin, seed, dst_args=(),
+            downtime_limit_ms=harness.DOWNTIME_LIMIT_MS):
     qemu, balloon, hint, bargs, _ = CONFIGS[cfg]
     binary = harness.STOCK_QEMU if qemu == "stock" else our_bin
     workload = "stale" if wl == "stale+bw" else wl
-    sc = harness.Scenario(workload=workload, mem_mib=mem, seed=seed)
+    sc = harness.Scenario(workload=workload, mem_mib=mem, seed=seed,
+                          downtime_limit_ms=downtime_limit_ms)
     state = {}
     src_ready, on_dst = make_hooks(wl, balloon, state)
     # Watchdog: a guest corrupted by a bad migration can hang in the
@@ -894,7 +896,14 @@ def main():
     ap.add_argument("--host-thp", choices=("always", "madvise", "never"),
                     help="set the host's transparent huge page mode for "
                     "the run (both QEMUs, every config); restored after")
+    ap.add_argument("--downtime-limit", type=int, metavar="MS",
+                    default=harness.DOWNTIME_LIMIT_MS,
+                    help="migration downtime-limit for every run "
+                    f"(default {harness.DOWNTIME_LIMIT_MS}, QEMU's own)")
     a = ap.parse_args()
+    if not 1 <= a.downtime_limit <= 2000000:
+        ap.error("--downtime-limit must be 1..2000000 ms (QEMU takes up "
+                 "to 2000 s)")
     os.makedirs(OUT, exist_ok=True)
     os.makedirs(os.path.join(TOP, "build", "tmp"), exist_ok=True)
 
@@ -927,6 +936,7 @@ def main():
                 started=time.strftime("%Y-%m-%d %H:%M:%S"),
                 command=" ".join([sys.executable] + sys.argv),
                 cells=[list(c) for c in cells], dst_args=list(dst_args),
+                downtime_limit_ms=a.downtime_limit,
                 configs={k: v[4] for k, v in CONFIGS.items()})
     results = {"meta": meta, "runs": []}
     if a.append and os.path.exists(RESULTS):
@@ -957,7 +967,8 @@ def main():
             f"{_size(mem)} repeat {rep + 1}/{repeats} — {len(left) - 1} left "
             f"after this, ETA {eta / 60:.1f} min "
             f"(~{time.strftime('%H:%M', time.localtime(time.time() + eta))})")
-        res = run_one(cfg, wl, mem, rep, our_bin, seed0 + i, dst_args)
+        res = run_one(cfg, wl, mem, rep, our_bin, seed0 + i, dst_args,
+                      a.downtime_limit)
         history.append((wl, mem, res["wall_s"]))
         results["runs"].append(res)
         fg = figures(res)

@@ -144,8 +144,8 @@ class Rig:
         for v in (self.vm, dst):
             v.qmp("migrate-set-capabilities", capabilities=[
                 {"capability": "events", "state": True}])
-        self.vm.qmp("migrate-set-parameters",
-                    **{"max-bandwidth": bw, "downtime-limit": 300})
+        self.vm.qmp("migrate-set-parameters", **{
+            "max-bandwidth": bw, "downtime-limit": harness.DOWNTIME_LIMIT_MS})
         self.counters0 = device_counters(self.vm) or {}
         self.vm.qmp("migrate", uri=dst.uri)
         CURRENT.add("migrations")

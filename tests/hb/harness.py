@@ -493,13 +493,17 @@ DATALOSS_DRIVERS = {
 }
 
 
+# QEMU's default downtime-limit, set explicitly so that every run says so.
+DOWNTIME_LIMIT_MS = 300
+
+
 class Scenario:
     """What runs in the guest before, during and after a migration."""
 
     def __init__(self, workload="stale", mem_mib=1024, keep_mib=24,
                  hold_mib=16, stale_pct=75, churn_rate=64, settle=1.0,
                  throttle_start_s=0.0, seed=None, ticker=True,
-                 postcopy_after_s=0.0):
+                 postcopy_after_s=0.0, downtime_limit_ms=DOWNTIME_LIMIT_MS):
         assert workload in WORKLOADS, workload
         self.workload = workload
         self.mem_mib = mem_mib
@@ -513,6 +517,8 @@ class Scenario:
         # > 0: postcopy-ram on both sides, precopy at POSTCOPY_PRECOPY_BW,
         # migrate-start-postcopy this many seconds after `migrate`.
         self.postcopy_after_s = postcopy_after_s
+        # migrate-set-parameters downtime-limit for this migration.
+        self.downtime_limit_ms = downtime_limit_ms
         self.seed = seed if seed is not None else int(time.time()) & 0xffffff
 
 
@@ -656,6 +662,7 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                       "hint": hint, "workload": sc.workload,
                       "mem_mib": sc.mem_mib, "seed": sc.seed,
                       "throttle_start_s": sc.throttle_start_s,
+                      "downtime_limit_ms": sc.downtime_limit_ms,
                       "device_props": device_props,
                       "balloon_args": balloon_args,
                       "dst_args": list(dst_args)},
@@ -683,8 +690,8 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         bw = 1 << 20 if sc.throttle_start_s else bw_full
         if sc.postcopy_after_s:
             bw = POSTCOPY_PRECOPY_BW
-        src.qmp("migrate-set-parameters", **{"max-bandwidth": bw,
-                                              "downtime-limit": 300})
+        src.qmp("migrate-set-parameters", **{
+            "max-bandwidth": bw, "downtime-limit": sc.downtime_limit_ms})
         hint_before = balloon_stats(src) if balloon == "ours" else {}
         cpu0 = src.cpu_seconds()
         t_mig = time.time()
