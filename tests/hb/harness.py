@@ -167,7 +167,7 @@ class Guest:
         lost byte can be told apart from a mangled one."""
         damaged = CHANNEL["damaged"]
         rc, out = self._run(cmd, timeout, check)
-        if CHANNEL["damaged"] != damaged and cmd != SERIAL_DIAG:
+        if CHANNEL["damaged"] != damaged:
             try:
                 _, diag = self._run(SERIAL_DIAG, 60, False)
             except GuestError as exc:   # a diagnostic: never fail `cmd`
@@ -255,6 +255,11 @@ def parse_kv(line):
                 except ValueError:
                     res[k] = v
     return res
+
+
+# The /proc/PID/smaps fields VM.ram_mapping() keeps, and its names for them.
+_SMAPS_KEYS = {"Size:": "size_kb", "Rss:": "rss_kb",
+               "AnonHugePages:": "anon_huge_kb"}
 
 
 class VM:
@@ -397,10 +402,8 @@ class VM:
                 cur = {"anon": len(head) < 6}
             elif cur is None:
                 continue
-            elif head[0] in ("Size:", "Rss:", "AnonHugePages:"):
-                key = {"Size:": "size_kb", "Rss:": "rss_kb",
-                       "AnonHugePages:": "anon_huge_kb"}[head[0]]
-                cur[key] = int(head[1])
+            elif head[0] in _SMAPS_KEYS:
+                cur[_SMAPS_KEYS[head[0]]] = int(head[1])
             elif head[0] == "VmFlags:":
                 cur["flags"] = head[1:]
                 if (cur["anon"] and cur.get("size_kb", 0) >= mem_mib << 10
