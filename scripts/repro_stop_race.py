@@ -73,10 +73,8 @@ def one_run(qemu, hold, wd):
         g.run("hbwork churn 64 0 64 > /tmp/churn.out 2>&1 &")
         time.sleep(0.3)
         dst.launch()
-        src.qmp("migrate-set-parameters", **{"max-bandwidth": 10 << 30,
-                                              "downtime-limit": 300})
-        src.qmp("migrate", uri=f"unix:{mig}")
-        info = harness._wait_migration(src, 300)  # pylint: disable=W0212
+        harness.start_migration(src, dst, 10 << 30, 300)
+        info = harness.wait_migration(src, 300)
         counters = harness.device_counters(src) or {}
         src.kill()
         if info.get("status") != "completed":

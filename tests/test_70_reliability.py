@@ -103,7 +103,6 @@ class Rig:
         kw = dict(self.common, **over)
         vm = VM(self.dir, f"vm{self.n}", binary or self.binary,
                 incoming=uri, **kw)
-        vm.uri = uri
         self.vms.append(vm)
         return vm
 
@@ -141,13 +140,8 @@ class Rig:
     def start_migration(self, bw=FAST, binary=None, **over):
         dst = self.new_vm(binary, incoming=True, **over)
         dst.launch()
-        for v in (self.vm, dst):
-            v.qmp("migrate-set-capabilities", capabilities=[
-                {"capability": "events", "state": True}])
-        self.vm.qmp("migrate-set-parameters", **{
-            "max-bandwidth": bw, "downtime-limit": harness.DOWNTIME_LIMIT_MS})
         self.counters0 = device_counters(self.vm) or {}
-        self.vm.qmp("migrate", uri=dst.uri)
+        harness.start_migration(self.vm, dst, bw, harness.DOWNTIME_LIMIT_MS)
         CURRENT.add("migrations")
         self.dst = dst
         return dst
@@ -159,15 +153,7 @@ class Rig:
         self.vm.qmp("migrate-set-parameters", **{"max-bandwidth": FAST})
 
     def wait_end(self, timeout=300):
-        deadline = time.time() + timeout
-        while True:
-            info = self.mig_status()
-            if info.get("status") in ("completed", "failed", "cancelled"):
-                return info
-            if time.time() > deadline:
-                raise AssertionError(f"migration not finished after "
-                                     f"{timeout}s: {info}")
-            time.sleep(0.1)
+        return harness.wait_migration(self.vm, timeout)
 
     def cancel(self):
         """migrate_cancel; the destination is left to die."""
@@ -186,10 +172,7 @@ class Rig:
         assert info["status"] == "completed", \
             f"migration {info['status']}: {info.get('error-desc')}"
         self.last_counters = device_counters(self.vm) or {}
-        deadline = time.time() + 60
-        while self.dst.qmp("query-status").get("status") != "running":
-            assert time.time() < deadline, "destination did not start"
-            time.sleep(0.1)
+        harness.wait_running(self.dst)
         self.vm.kill()
         self.vm, self.dst = self.dst, None
         self.vm.guest.connect()

@@ -299,6 +299,7 @@ class VM:
         if device_props:
             dev += "," + device_props
         args += ["-device", dev]
+        self.incoming = incoming
         if incoming:
             args += ["-incoming", incoming]
         trace = os.environ.get("HB_TRACE")
@@ -626,7 +627,31 @@ def verify_guest(vm, sc, res):
     return ok
 
 
-def _wait_migration(src, timeout, on_tick=None):
+def start_migration(src, dst, bw, downtime_limit_ms, postcopy=False):
+    """Turn on migration events (and postcopy-ram) at both ends, set the
+    source's bandwidth and downtime limit, and migrate to dst's -incoming."""
+    caps = [{"capability": "events", "state": True}]
+    if postcopy:
+        caps.append({"capability": "postcopy-ram", "state": True})
+    for vm in (src, dst):
+        vm.qmp("migrate-set-capabilities", capabilities=caps)
+    src.qmp("migrate-set-parameters", **{
+        "max-bandwidth": bw, "downtime-limit": downtime_limit_ms})
+    src.qmp("migrate", uri=dst.incoming)
+
+
+def wait_running(vm, timeout=60):
+    """Wait until vm runs (a destination resumes once its stream ends)."""
+    deadline = time.time() + timeout
+    while vm.qmp("query-status").get("status") != "running":
+        if time.time() > deadline:
+            raise GuestError(f"{vm.name} did not start running")
+        time.sleep(0.1)
+
+
+def wait_migration(src, timeout, on_tick=None):
+    """Poll query-migrate until the migration completes, fails or is
+    cancelled, and return its final figures; cancel it after timeout s."""
     deadline = time.time() + timeout
     settle = 0
     while True:
@@ -687,21 +712,15 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         if on_source_ready:
             on_source_ready(src, res)
         dst.launch()
-        caps = [{"capability": "events", "state": True}]
-        if sc.postcopy_after_s:
-            caps.append({"capability": "postcopy-ram", "state": True})
-        for vm in (src, dst):
-            vm.qmp("migrate-set-capabilities", capabilities=caps)
         bw_full = 10 << 30
         bw = 1 << 20 if sc.throttle_start_s else bw_full
         if sc.postcopy_after_s:
             bw = POSTCOPY_PRECOPY_BW
-        src.qmp("migrate-set-parameters", **{
-            "max-bandwidth": bw, "downtime-limit": sc.downtime_limit_ms})
         hint_before = balloon_stats(src) if balloon == "ours" else {}
         cpu0 = src.cpu_seconds()
         t_mig = time.time()
-        src.qmp("migrate", uri=f"unix:{mig_sock}")
+        start_migration(src, dst, bw, sc.downtime_limit_ms,
+                        postcopy=bool(sc.postcopy_after_s))
         throttled = [bool(sc.throttle_start_s)]
         res["states"] = []
 
@@ -717,7 +736,7 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                     and time.time() - t_mig >= sc.postcopy_after_s):
                 res["postcopy"] = round(time.time() - t_mig, 2)
                 src.qmp("migrate-start-postcopy")
-        info = _wait_migration(src, timeout, tick)
+        info = wait_migration(src, timeout, tick)
         cpu1 = src.cpu_seconds()
         res["cpu_s"] = {k: round(cpu1.get(k, 0) - cpu0.get(k, 0), 3)
                         for k in cpu1}
@@ -731,12 +750,7 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         if res["status"] != "completed":
             res["error"] = info.get("error-desc", res["status"])
             return res
-        # The destination resumes by itself once the stream is complete.
-        deadline = time.time() + 60
-        while dst.qmp("query-status").get("status") != "running":
-            if time.time() > deadline:
-                raise GuestError("destination did not start running")
-            time.sleep(0.1)
+        wait_running(dst)
         res["dst_status"] = "running"
         # How much guest RAM the load touched on the destination, and how
         # much of it the host backs with transparent huge pages.
