@@ -53,6 +53,8 @@ enum {
 	VB_HINT_F_VQ_USED,
 	/* remove/freeze in progress: stop at once, start nothing */
 	VB_HINT_F_STOPPING,
+	/* run the worker again when the device uses a buffer */
+	VB_HINT_F_RETRY,
 };
 
 /* Fault kinds for the host tests (debugfs inject_bad_hints) */
@@ -62,6 +64,7 @@ enum vb_fault {
 	VB_FAULT_STALE_ID,
 	VB_FAULT_MISALIGNED,
 	VB_FAULT_OVERSIZED_CHAIN,
+	VB_FAULT_SHORT_CMD,
 	VB_FAULT_NR,
 };
 
@@ -129,8 +132,6 @@ struct vb_hint_scan {
 	unsigned long r_nr[VB_HINT_MAX_BPC];
 	unsigned int n;
 	unsigned int max;
-	/* the section of this pfn and below is known online */
-	unsigned long online_end;
 	u64 open_by_order[VB_HINT_NR_ORDERS];
 	u64 pend_by_order[VB_HINT_NR_ORDERS];
 };
@@ -161,8 +162,6 @@ struct vb_hint {
 	u32 cmd_id_active;
 	/* a previously used id, for the stale_id fault */
 	u32 cmd_id_previous;
-	/* DONE drain retries so far (worker only) */
-	unsigned int done_retries;
 	/* settings of the running round */
 	struct vb_hint_settings cur;
 	struct vb_compat_shrinker shrinker;
@@ -270,7 +269,7 @@ void vb_report_unregister(struct vb_device *vb);
 int vb_sysfs_init(struct vb_device *vb);
 void vb_sysfs_exit(struct vb_device *vb);
 void vb_sysfs_snapshot(struct vb_device *vb, struct vb_hint_settings *out);
-int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb);
+int vb_sysfs_validate(struct vb_hint_settings *s, struct vb_device *vb);
 int vb_sysfs_parse_mode(const char *str);
 
 #endif /* VB_H */

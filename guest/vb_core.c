@@ -182,15 +182,16 @@ static int vb_core_init_vqs(struct vb_device *vb)
 	vb_hint_attach_vq(vb, names[VB_WIRE_VQ_FREE_PAGE] ?
 			  vqs[VB_WIRE_VQ_FREE_PAGE] : NULL);
 
-	if (vb->stats_vq) {
+	/* one free page vq slot is always reserved for the STOP id */
+	if (names[VB_WIRE_VQ_FREE_PAGE] && vb->hint.ring_size < 2)
+		err = -ENOSPC;
+	if (!err && vb->stats_vq)
 		err = vb_stats_prime(vb);
-		if (err) {
-			vb_hint_attach_vq(vb, NULL);
-			vb->vdev->config->del_vqs(vb->vdev);
-			return err;
-		}
+	if (err) {
+		vb_hint_attach_vq(vb, NULL);
+		vb->vdev->config->del_vqs(vb->vdev);
 	}
-	return 0;
+	return err;
 }
 
 static void vb_core_stop_updates(struct vb_device *vb, bool stop)
@@ -214,7 +215,6 @@ static void vb_core_teardown(struct vb_device *vb)
 	/* the device returned or forgot every buffer: blocks are ours */
 	vb_hint_release_after_reset(vb);
 
-	vb_hint_attach_vq(vb, NULL);
 	vb->vdev->config->del_vqs(vb->vdev);
 	vb->inflate_vq = NULL;
 	vb->deflate_vq = NULL;
@@ -251,13 +251,6 @@ static int vb_core_probe(struct virtio_device *vdev)
 	err = vb_core_init_vqs(vb);
 	if (err)
 		goto out_hint;
-
-	if (vb_has(vb, VIRTIO_BALLOON_F_FREE_PAGE_HINT) &&
-	    vb->hint.ring_size < 2) {
-		/* one slot is always reserved for the STOP id */
-		err = -ENOSPC;
-		goto out_del_vqs;
-	}
 
 	err = vb_oom_register(vb);
 	if (err)
@@ -350,8 +343,11 @@ static int vb_core_restore(struct virtio_device *vdev)
 	vb_core_stop_updates(vb, false);
 	virtio_device_ready(vdev);
 
-	if (vb_inflate_towards_target(vb))
-		vb_core_config_changed(vdev);
+	/*
+	 * Config interrupts were ignored while frozen: look at the balloon
+	 * target and the command id now.
+	 */
+	vb_core_config_changed(vdev);
 	vb_inflate_update_actual(vb);
 	return 0;
 }

@@ -90,11 +90,8 @@
 #define VB_HINT_POLL_MS		10
 /* how long a round waits for its chains to come back after STOP */
 #define VB_HINT_ROUND_DRAIN_MS	1000
-/* how long DONE waits for in-flight chains before retrying later */
+/* how long DONE waits for in-flight chains before waiting for the vq */
 #define VB_HINT_DONE_DRAIN_MS	2000
-#define VB_HINT_DONE_RETRY_MS	100
-/* DONE drains retried this often before blocks are left to remove/reset */
-#define VB_HINT_DONE_MAX_RETRIES	5
 /* how long a command buffer or a fault chain waits for ring space */
 #define VB_HINT_CMD_WAIT_MS	1000
 
@@ -210,6 +207,24 @@ static bool vb_hint_vq_dead(struct vb_device *vb)
 {
 	return test_bit(VB_HINT_F_STOPPING, &vb->hint.flags) ||
 	       !vb->hint.vq || virtqueue_is_broken(vb->hint.vq);
+}
+
+/*
+ * The worker gave up waiting for the device (DONE with chains still in
+ * flight, or no room for a start id): run it again once the device uses a
+ * buffer.  Caller holds vq_lock.
+ */
+static void vb_hint_retry_on_use(struct vb_device *vb)
+{
+	struct vb_hint *h = &vb->hint;
+
+	if (vb_hint_vq_dead(vb))
+		return;
+	set_bit(VB_HINT_F_RETRY, &h->flags);
+	/* used buffers already waiting: the callback would not fire for them */
+	if (!virtqueue_enable_cb(h->vq) &&
+	    test_and_clear_bit(VB_HINT_F_RETRY, &h->flags))
+		queue_work(h->wq, &h->work);
 }
 
 /* Sleep until the device used a buffer, the config changed, or 10 ms */
@@ -433,10 +448,12 @@ static int vb_hint_send_chain(struct vb_device *vb, int *order)
 
 /*
  * Wait (bounded) for in-flight chains to come back so their blocks become
- * acked.  Caller holds vq_lock.  Returns true when nothing is in flight.
+ * acked.  With @stop_on_cmd, give up as soon as the command id in config
+ * is no longer @id.  Caller holds vq_lock.  Returns true when nothing is in
+ * flight.
  */
 static bool vb_hint_drain(struct vb_device *vb, unsigned int ms,
-			  bool stop_on_cmd)
+			  bool stop_on_cmd, u32 id)
 {
 	struct vb_hint *h = &vb->hint;
 	unsigned long deadline = jiffies + msecs_to_jiffies(ms);
@@ -447,7 +464,7 @@ static bool vb_hint_drain(struct vb_device *vb, unsigned int ms,
 			return true;
 		if (vb_hint_vq_dead(vb) || time_after(jiffies, deadline))
 			return false;
-		if (stop_on_cmd && test_bit(VB_HINT_F_CMD_CHANGED, &h->flags))
+		if (stop_on_cmd && vb_hint_cmd_id_received(vb) != id)
 			return false;
 		vb_hint_wait(vb);
 	}
@@ -567,19 +584,24 @@ static void vb_hint_scan_step(struct vb_device *vb, struct zone *zone,
 	struct vb_hint_scan *sc = &vb->hint.scan;
 	unsigned int min_order = vb->hint.cur.min_order;
 	unsigned long budget = VB_HINT_SCAN_PFNS_PER_LOCK;
-	unsigned long pfn = *pfnp, flags, nr;
+	unsigned long pfn = *pfnp, online_end = 0, flags, nr;
 	unsigned int order;
 	struct page *page;
 
+	/*
+	 * online_end: sections below it are known to be online.  That holds
+	 * only while zone->lock is held (memory can go offline between two
+	 * steps), so it is learnt again by every step.
+	 */
 	spin_lock_irqsave(&zone->lock, flags);
 	while (pfn < end && budget--) {
 		/* memory sections come and go as a whole */
-		if (pfn >= sc->online_end) {
+		if (pfn >= online_end) {
 			if (!pfn_to_online_page(pfn)) {
 				pfn = ALIGN(pfn + 1, PAGES_PER_SECTION);
 				continue;
 			}
-			sc->online_end = ALIGN(pfn + 1, PAGES_PER_SECTION);
+			online_end = ALIGN(pfn + 1, PAGES_PER_SECTION);
 		}
 		page = pfn_to_page(pfn);
 		if (!PageBuddy(page) || page_zone(page) != zone) {
@@ -727,9 +749,6 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 		goto out_unlock;
 
 	vb_hint_reap(vb);
-	if (h->cmd_id_active >= VIRTIO_BALLOON_FREE_PAGE_HINT_CMD_ID_MIN)
-		h->cmd_id_previous = h->cmd_id_active;
-	h->cmd_id_active = cmd_id;
 
 	/*
 	 * The host issues a command id right after a dirty bitmap sync.  A
@@ -743,18 +762,23 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 	 */
 	vb_compat_flush_tlb_all();
 
+	/* the id becomes active (answered) only once it is queued */
+	ret = vb_hint_send_cmd(vb, cmd_id);
+	if (ret) {
+		dev_warn_ratelimited(&vb->vdev->dev,
+				     "hint: cannot send start id: %d\n", ret);
+		vb_hint_retry_on_use(vb);
+		goto out_unlock;
+	}
+	if (h->cmd_id_active >= VIRTIO_BALLOON_FREE_PAGE_HINT_CMD_ID_MIN)
+		h->cmd_id_previous = h->cmd_id_active;
+	h->cmd_id_active = cmd_id;
+
 	spin_lock(&h->lock);
 	h->stats.rounds++;
 	h->stats.round_blocks = 0;
 	h->stats.round_bytes = 0;
 	spin_unlock(&h->lock);
-
-	ret = vb_hint_send_cmd(vb, cmd_id);
-	if (ret) {
-		dev_warn_ratelimited(&vb->vdev->dev,
-				     "hint: cannot send start id: %d\n", ret);
-		goto out_unlock;
-	}
 
 	if (h->cur.mode == VB_HINT_MODE_SCAN)
 		ret = vb_hint_scan_round(vb);
@@ -772,7 +796,7 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 		dev_warn_ratelimited(&vb->vdev->dev,
 				     "hint: cannot send stop id: %d\n", ret);
 
-	vb_hint_drain(vb, VB_HINT_ROUND_DRAIN_MS, true);
+	vb_hint_drain(vb, VB_HINT_ROUND_DRAIN_MS, true, cmd_id);
 
 	spin_lock(&h->lock);
 	h->stats.last_round_ns = ktime_get_ns() - start;
@@ -793,38 +817,39 @@ static void vb_hint_decline(struct vb_device *vb, u32 cmd_id)
 	mutex_lock(&h->vq_lock);
 	if (!vb_hint_vq_dead(vb)) {
 		vb_hint_reap(vb);
-		h->cmd_id_active = cmd_id;
-		if (!vb_hint_send_cmd(vb, cmd_id))
+		if (!vb_hint_send_cmd(vb, cmd_id)) {
+			h->cmd_id_active = cmd_id;
 			vb_hint_send_cmd(vb, VIRTIO_BALLOON_CMD_ID_STOP);
+		} else {
+			vb_hint_retry_on_use(vb);
+		}
 	}
 	mutex_unlock(&h->vq_lock);
 }
 
-/* DONE: every block goes back to mm once the device returned it */
+/*
+ * DONE: every block goes back to mm once the device returned it.  Chains
+ * the device still keeps after the drain are freed when it returns them:
+ * the worker runs again on the next used buffer.
+ */
 static void vb_hint_done(struct vb_device *vb)
 {
 	struct vb_hint *h = &vb->hint;
 	bool drained;
 
 	mutex_lock(&h->vq_lock);
-	drained = vb_hint_drain(vb, VB_HINT_DONE_DRAIN_MS, true);
+	drained = vb_hint_drain(vb, VB_HINT_DONE_DRAIN_MS, true,
+				VIRTIO_BALLOON_CMD_ID_DONE);
+	if (!drained && vb_hint_cmd_id_received(vb) ==
+			VIRTIO_BALLOON_CMD_ID_DONE) {
+		dev_warn_ratelimited(&vb->vdev->dev,
+				     "hint: %lu pages still in flight after DONE\n",
+				     READ_ONCE(h->inflight_pages));
+		vb_hint_retry_on_use(vb);
+	}
 	mutex_unlock(&h->vq_lock);
 
 	vb_hint_free_acked(vb, ULONG_MAX, false);
-
-	if (drained || test_bit(VB_HINT_F_STOPPING, &h->flags) ||
-	    test_bit(VB_HINT_F_CMD_CHANGED, &h->flags))
-		return;
-	if (h->done_retries < VB_HINT_DONE_MAX_RETRIES) {
-		h->done_retries++;
-		msleep(VB_HINT_DONE_RETRY_MS);
-		queue_work(h->wq, &h->work);
-		return;
-	}
-	/* the device keeps them: held until it returns them or is reset */
-	dev_warn_ratelimited(&vb->vdev->dev,
-			     "hint: %lu pages still in flight after DONE\n",
-			     READ_ONCE(h->inflight_pages));
 }
 
 static void vb_hint_work_fn(struct work_struct *work)
@@ -841,7 +866,6 @@ static void vb_hint_work_fn(struct work_struct *work)
 		vb_hint_done(vb);
 		return;
 	}
-	h->done_retries = 0;
 	if (id == VIRTIO_BALLOON_CMD_ID_STOP || id == h->cmd_id_active)
 		return;
 
@@ -884,9 +908,13 @@ static unsigned long vb_hint_shrink_scan(struct shrinker *shrinker,
 void vb_hint_vq_done(struct virtqueue *vq)
 {
 	struct vb_device *vb = vq->vdev->priv;
+	struct vb_hint *h = &vb->hint;
 
-	set_bit(VB_HINT_F_VQ_USED, &vb->hint.flags);
-	wake_up(&vb->hint.wait);
+	set_bit(VB_HINT_F_VQ_USED, &h->flags);
+	wake_up(&h->wait);
+	if (test_and_clear_bit(VB_HINT_F_RETRY, &h->flags) &&
+	    !test_bit(VB_HINT_F_STOPPING, &h->flags))
+		queue_work(h->wq, &h->work);
 }
 
 /* Called from the config interrupt, under stop_update_lock */
@@ -959,13 +987,19 @@ void vb_hint_quiesce(struct vb_device *vb)
 		cancel_work_sync(&h->work);
 }
 
-/* The device was reset: nothing is in flight any more, free every block */
+/*
+ * The device was reset: nothing is in flight any more.  Detach the vq
+ * first, under the lock the shrinker's reap takes: the vq may still hold
+ * used entries that point at the chains freed here.  Then free every block.
+ */
 void vb_hint_release_after_reset(struct vb_device *vb)
 {
 	struct vb_hint *h = &vb->hint;
 	struct vb_hint_chain *c, *next;
 
 	mutex_lock(&h->vq_lock);
+	h->vq = NULL;
+	h->ring_size = 0;
 	spin_lock(&h->lock);
 	list_for_each_entry_safe(c, next, &h->inflight, node) {
 		list_del(&c->node);
@@ -1033,6 +1067,7 @@ static const char * const vb_fault_names[VB_FAULT_NR] = {
 	[VB_FAULT_STALE_ID] = "stale_id",
 	[VB_FAULT_MISALIGNED] = "misaligned",
 	[VB_FAULT_OVERSIZED_CHAIN] = "oversized_chain",
+	[VB_FAULT_SHORT_CMD] = "short_cmd",
 };
 
 static struct dentry *vb_fault_root;
@@ -1162,10 +1197,15 @@ static int vb_fault_one(struct vb_device *vb, enum vb_fault kind)
 			sg_set_page(&big[i], nth_page(page, i), PAGE_SIZE, 0);
 		sgs[0] = big;
 		/* wait for an empty ring rather than fail */
-		vb_hint_drain(vb, VB_HINT_CMD_WAIT_MS, false);
+		vb_hint_drain(vb, VB_HINT_CMD_WAIT_MS, false, 0);
 		err = vb_fault_queue(vb, c, sgs, 0, 1, n);
 		kvfree(big);
 		return err;
+	case VB_FAULT_SHORT_CMD:
+		/* a command id outbuf of 2 bytes instead of 4, nothing held */
+		c->cmd = cpu_to_virtio32(vb->vdev, h->cmd_id_active);
+		sg_init_one(&sg[0], &c->cmd, 2);
+		return vb_fault_queue(vb, c, sgs, 1, 0, 1);
 	default:
 		break;
 	}

@@ -2,9 +2,10 @@
 /*
  * vb_sysfs.c - /sys/bus/virtio/devices/virtioN/free_page_hint/
  *
- * Knobs (read-write) live in vb->settings, a struct vb_hint_settings that is
- * validated as a whole on every write and copied by the hint worker at the
- * start of a round: a write during a round takes effect at the next round.
+ * Knobs (read-write) live in vb->settings, a struct vb_hint_settings of
+ * unsigned ints.  A write range-checks the knob written; the hint worker
+ * copies the struct at the start of a round, so a write during a round takes
+ * effect at the next round.
  * Values are unsigned decimal; anything kstrtouint() rejects, and anything
  * out of range, fails with -EINVAL and leaves the value unchanged.
  *
@@ -41,31 +42,67 @@ static unsigned int vb_sysfs_max_reserve_kb(void)
 	return min_t(u64, kb, UINT_MAX);
 }
 
+#define VB_SYSFS_OFF(_field) offsetof(struct vb_hint_settings, _field)
+
 /*
- * Check a complete settings struct, for device @vb (NULL: the module
- * parameters, before any device).  The ring size bounds blocks_per_chain
- * (one descriptor per block plus the STOP slot); the mode must be one the
- * kernel and the negotiated features allow.
+ * Is @val in range for the knob at byte @offset of the settings, for device
+ * @vb (NULL: the module parameters, before any device)?  The ring size
+ * bounds blocks_per_chain (one descriptor per block plus the STOP slot);
+ * the mode must be one the kernel and the negotiated features allow.  No
+ * knob's range depends on another knob.
  */
-int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb)
+static int vb_sysfs_check(struct vb_device *vb, size_t offset,
+			  unsigned int val)
 {
 	unsigned int ring_size = vb ? vb->hint.ring_size : 0;
 	unsigned int max_bpc = VB_HINT_MAX_BPC;
+	bool ok;
 
 	if (ring_size >= 2)
 		max_bpc = min(max_bpc, ring_size - 1);
-	if (s->enabled > 1 || s->drop_cache > 1)
-		return -EINVAL;
-	if (!vb_hint_mode_allowed(vb, s->mode))
-		return -EINVAL;
-	if (s->min_order > VB_HINT_MAX_ORDER)
-		return -EINVAL;
-	if (s->blocks_per_chain < 1 || s->blocks_per_chain > max_bpc)
-		return -EINVAL;
-	if (s->chains_per_kick < 1 || s->chains_per_kick > VB_HINT_MAX_CPK)
-		return -EINVAL;
-	if (s->reserve_kb > vb_sysfs_max_reserve_kb())
-		return -EINVAL;
+	switch (offset) {
+	case VB_SYSFS_OFF(enabled):
+	case VB_SYSFS_OFF(drop_cache):
+		ok = val <= 1;
+		break;
+	case VB_SYSFS_OFF(mode):
+		ok = vb_hint_mode_allowed(vb, val);
+		break;
+	case VB_SYSFS_OFF(min_order):
+		ok = val <= VB_HINT_MAX_ORDER;
+		break;
+	case VB_SYSFS_OFF(blocks_per_chain):
+		ok = val >= 1 && val <= max_bpc;
+		break;
+	case VB_SYSFS_OFF(chains_per_kick):
+		ok = val >= 1 && val <= VB_HINT_MAX_CPK;
+		break;
+	case VB_SYSFS_OFF(reserve_kb):
+		ok = val <= vb_sysfs_max_reserve_kb();
+		break;
+	default:
+		ok = false;
+	}
+	return ok ? 0 : -EINVAL;
+}
+
+/* The unsigned int at byte @offset of a settings struct */
+static unsigned int *vb_sysfs_field(struct vb_hint_settings *s, size_t offset)
+{
+	return (unsigned int *)((char *)s + offset);
+}
+
+/* Check every knob of @s, see vb_sysfs_check() */
+int vb_sysfs_validate(struct vb_hint_settings *s, struct vb_device *vb)
+{
+	size_t off;
+	int err;
+
+	for (off = 0; off < sizeof(*s); off += sizeof(unsigned int)) {
+		err = vb_sysfs_check(vb, off, *vb_sysfs_field(s, off));
+		if (err)
+			return err;
+	}
 	return 0;
 }
 
@@ -74,12 +111,6 @@ void vb_sysfs_snapshot(struct vb_device *vb, struct vb_hint_settings *out)
 	mutex_lock(&vb->settings_lock);
 	*out = vb->settings;
 	mutex_unlock(&vb->settings_lock);
-}
-
-/* The unsigned int at byte @offset of a settings struct */
-static unsigned int *vb_sysfs_field(struct vb_hint_settings *s, size_t offset)
-{
-	return (unsigned int *)((char *)s + offset);
 }
 
 static ssize_t vb_sysfs_knob_show(struct device *dev,
@@ -95,22 +126,21 @@ static ssize_t vb_sysfs_knob_show(struct device *dev,
 }
 
 /*
- * Set the unsigned int at @offset of the settings to @val if the whole
- * struct stays valid; otherwise leave everything unchanged.
+ * Set the knob at @offset to @val if @val is in its range; otherwise leave
+ * it unchanged.  Only the knob written is checked: a range that moved since
+ * another knob was set (reserve_kb follows totalram, which the balloon
+ * changes) does not make this write fail.
  */
 static int vb_sysfs_set(struct vb_device *vb, size_t offset, unsigned int val)
 {
-	struct vb_hint_settings s;
-	int err;
+	int err = vb_sysfs_check(vb, offset, val);
 
+	if (err)
+		return err;
 	mutex_lock(&vb->settings_lock);
-	s = vb->settings;
-	*vb_sysfs_field(&s, offset) = val;
-	err = vb_sysfs_validate(&s, vb);
-	if (!err)
-		vb->settings = s;
+	*vb_sysfs_field(&vb->settings, offset) = val;
 	mutex_unlock(&vb->settings_lock);
-	return err;
+	return 0;
 }
 
 static ssize_t vb_sysfs_knob_store(struct device *dev,

@@ -721,6 +721,37 @@ def test_zero_length_hint_is_ignored_and_counted():
     _bad_hints("zerolen", [("zero_len",)])
 
 
+@tag("reliability", "bad_input")
+def test_short_command_id_breaks_only_the_device():
+    """A command id of 2 bytes instead of 4 (`short_cmd`) in a migration's
+    round: the source QEMU breaks the balloon device (virtio_error,
+    "received an incorrect cmd id", raised once free_page_lock is released)
+    and nothing else.  QMP keeps answering, the migration completes, the
+    guest's data is intact on the destination with no kernel error, and the
+    destination guest has its free memory back."""
+    need_ours()
+    with Rig("shortcmd", balloon_args="fault_inject=1") as rig:
+        rig.boot()
+        rig.vm.guest.run(f"echo short_cmd > {DEBUGFS}")
+        src = rig.vm
+        rig.migrate()
+        CURRENT.add("bad_inputs")
+        with open(os.path.join(rig.dir, f"{src.name}.log"),
+                  errors="replace") as f:
+            log = f.read()
+        _, after = rig.vm.guest.run(f"cat {DEBUGFS}")
+        line = next((ln for ln in after if ln.startswith("short_cmd")), "")
+        assert line and "injected=0" not in line, \
+            f"driver did not inject short_cmd: {after}"
+        assert log.count("received an incorrect cmd id") == 1, \
+            f"source QEMU did not break the device once ({rig.dir}): {log}"
+        errs = _qemu_errors(rig, src)
+        assert not errs, f"QEMU reported other errors: {errs} ({rig.dir})"
+        rig.wait_memory_back(rig.res["meminfo_before"], 30)
+        rig.verify("short_cmd")
+        assert rig.vm.machine.is_running()
+
+
 def _qemu_cmdline(binary, device):
     return [binary, "-accel", "tcg", "-nodefaults", "-no-user-config",
             "-machine", "pc-i440fx-7.2", "-display", "none", "-m", "128",
@@ -854,6 +885,7 @@ def test_faults_against_sanitizer_build():
                   test_back_and_forth_with_churn_3,
                   test_malformed_hints_are_ignored_and_counted,
                   test_zero_length_hint_is_ignored_and_counted,
+                  test_short_command_id_breaks_only_the_device,
                   test_invalid_device_properties_via_qom_set):
             try:
                 t()
