@@ -506,6 +506,101 @@ def test_round_stop_waits_for_a_batch_in_flight():
     assert r.returncode == 0, (lines or r.stderr[-2000:])
 
 
+class IothreadGate:
+    """Hold a QEMU's free page hint bottom half at its entry (before it
+    takes free_page_lock): gdb in non-stop mode, a breakpoint there stops
+    only the balloon's iothread, the other threads keep running and gdb
+    stays free to serve them (a breakpoint that sleeps inside gdb would
+    leave every thread that gets a signal stopped)."""
+
+    def __init__(self, vm, workdir):
+        script = os.path.join(workdir, "gate.gdb")
+        with open(script, "w") as f:
+            f.write("set pagination off\nset confirm off\n"
+                    f"set non-stop on\nattach {vm.machine.get_pid()}\n")
+        self.log = os.path.join(workdir, "gdb.log")
+        self.gdb = subprocess.Popen(
+            ["gdb", "-q", "-nx", "-x", script], stdin=subprocess.PIPE,
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        # A non-stop attach stops every thread but reports them one by one,
+        # and `continue -a` resumes only those already reported: give the
+        # attach time (as scripts/repro_stop_race.py does), then resume
+        # twice to catch a late one.
+        time.sleep(6)
+        for _ in range(2):
+            self._send("continue -a &", "(gdb)")
+            time.sleep(1)
+
+    def _send(self, cmds, expect, timeout=60):
+        n = open(self.log).read().count(expect)
+        self.gdb.stdin.write(cmds.encode() + b"\n")
+        self.gdb.stdin.flush()
+        deadline = time.time() + timeout
+        while open(self.log).read().count(expect) <= n:
+            assert self.gdb.poll() is None and time.time() < deadline, \
+                f"gdb: no {expect!r} after {cmds!r}: {open(self.log).read()}"
+            time.sleep(0.2)
+
+    def close_gate(self):
+        self._send("break virtio_balloon_get_free_page_hints", "Breakpoint")
+
+    def open_gate(self):
+        self._send("delete\ncontinue -a &", "Continuing.")
+
+    def stop(self):
+        try:
+            self.gdb.stdin.write(b"delete\ninterrupt -a\n")
+            self.gdb.stdin.flush()
+            time.sleep(1)
+            self.gdb.stdin.write(b"detach\nquit\n")
+            self.gdb.stdin.flush()
+            self.gdb.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.gdb.kill()
+            self.gdb.wait()
+
+
+@tag("reliability", "faults")
+def test_done_frees_chains_the_device_returns_late():
+    """DONE arrives while the device still has the round's chains (its
+    bottom half is held by gdb, before free_page_lock): the driver frees
+    the acked blocks, and the held ones as soon as the device gives them
+    back, however late (here 14 s after DONE; the driver used to retry for
+    ~10 s and then keep them until the next round or a reset).  Then a
+    full migration hints and keeps the data."""
+    need_ours()
+    with Rig("lateback", balloon_args=HELD) as rig:
+        rig.boot()
+        before = rig.meminfo()
+        gate = IothreadGate(rig.vm, rig.dir)
+        try:
+            gate.close_gate()
+            r0 = rig.stats().get("rounds", 0)
+            rig.start_migration(bw=THROTTLE)
+            deadline = time.time() + 60
+            while True:
+                s = rig.stats()
+                inflight = int(str(s.get("held_pages", "inflight:0"))
+                               .split(",")[0].split(":")[1])
+                if s.get("rounds", 0) > r0 and inflight > 0:
+                    break
+                assert time.time() < deadline, f"no chain in flight: {s}"
+                time.sleep(0.5)
+            rig.cancel()                  # CLEANUP: DONE to the guest
+            time.sleep(14)
+            s = rig.stats()
+            print(f"    14 s after DONE, device still holding: "
+                  f"held_pages={s.get('held_pages')}", flush=True)
+            assert held(s) > 0, f"chains came back with the gate shut: {s}"
+            gate.open_gate()
+            rig.wait_memory_back(before, 30)
+        finally:
+            gate.stop()
+        CURRENT.add("faults")
+        assert rig.vm.machine.is_running()
+        _final_migration(rig, "after a late give-back")
+
+
 @tag("reliability", "faults")
 def test_postcopy_with_hinting():
     """postcopy-ram on both sides (stock 7.2 turns hinting off then): the
