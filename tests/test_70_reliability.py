@@ -601,6 +601,49 @@ def test_done_frees_chains_the_device_returns_late():
         _final_migration(rig, "after a late give-back")
 
 
+# Legacy virtio-pci: the driver writes GUEST_FEATURES (BAR0 + 4) and may
+# rewrite it at any time (it never sets FEATURES_OK).  A 1-byte write there
+# sets the device's guest features to that byte.
+LEGACY_FEATURES = ('d=$(grep -l 0x1002 /sys/bus/pci/devices/*/device); '
+                   'd=${d%/device}; '
+                   'io=$(( $(head -1 $d/resource | cut -d" " -f1) + 4 )); ')
+
+
+@tag("reliability", "faults")
+def test_round_ends_after_a_legacy_driver_drops_the_feature():
+    """A legacy (disable-modern=on) device: the guest holds a round, then
+    rewrites its feature bits without FREE_PAGE_HINT (byte 0 of
+    GUEST_FEATURES through /dev/port), and the migration is cancelled.  The
+    round must still end with DONE: the guest gets its memory back.  (QEMU
+    used to ignore every migration event once the feature was gone, so the
+    round stayed open and the blocks stayed held.)  A plain migration then
+    keeps the data."""
+    need_ours()
+    with Rig("legacyfeat", balloon_args=HELD,
+             device_props="disable-modern=on") as rig:
+        rig.boot()
+        before, _ = _held_round(rig)
+        _, out = rig.vm.guest.run(
+            LEGACY_FEATURES + 'f=$(dd if=/dev/port bs=1 skip=$io count=1 '
+            '2>/dev/null | od -An -tu1); echo old=$f; '
+            'n=$(( f & ~8 )); printf "\\\\$(printf %o $n)" | '
+            'dd of=/dev/port bs=1 seek=$io count=1 conv=notrunc 2>/dev/null; '
+            'echo new=$(dd if=/dev/port bs=1 skip=$io count=1 2>/dev/null '
+            '| od -An -tu1)')
+        vals = dict(ln.replace(" ", "").split("=") for ln in out
+                    if "=" in ln)
+        print(f"    guest features byte 0: {vals}", flush=True)
+        assert int(vals["old"]) & 8 and int(vals["new"]) == \
+            int(vals["old"]) & ~8, f"feature bit 3 not dropped: {out}"
+        CURRENT.add("faults")
+        rig.cancel()
+        rig.wait_memory_back(before, 30)
+        st = device_counters(rig.vm) or {}
+        assert st.get("status") == "done", st
+        rig.migrate()
+        rig.verify("after the feature was dropped")
+
+
 @tag("reliability", "faults")
 def test_postcopy_with_hinting():
     """postcopy-ram on both sides (stock 7.2 turns hinting off then): the
