@@ -31,11 +31,7 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(TOP, "tests"))
 from hb import harness  # noqa: E402
 
-GDB_SCRIPT = '''set pagination off
-set confirm off
-set non-stop on
-attach %(pid)d
-python
+HOLD_SCRIPT = '''python
 import gdb, time
 class Hold(gdb.Breakpoint):
     def stop(self):
@@ -57,19 +53,8 @@ def one_run(qemu, hold, wd):
         g = src.guest
         # stale free memory, so the rounds report a lot
         g.hbwork("fill 300 7")
-        script = os.path.join(wd, "hold.gdb")
-        with open(script, "w") as f:
-            f.write(GDB_SCRIPT % {"hold": hold, "pid": src.machine.get_pid()})
-        gdb = subprocess.Popen(["gdb", "-q", "-nx", "-x", script],
-                               stdin=subprocess.PIPE,
-                               stdout=open(os.path.join(wd, "gdb.log"), "w"),
-                               stderr=subprocess.STDOUT)
-        time.sleep(6)       # attach, symbols, breakpoint
-        # non-stop attach reports the stopped threads only once gdb reads
-        # its next command: resume them from there
-        gdb.stdin.write(b"continue -a &\n")
-        gdb.stdin.flush()
-        time.sleep(2)
+        gdb = harness.NonStopGdb(src.machine.get_pid(), wd,
+                                 HOLD_SCRIPT % {"hold": hold})
         g.run("hbwork churn 64 0 64 > /tmp/churn.out 2>&1 &")
         time.sleep(0.3)
         dst.launch()
@@ -94,7 +79,6 @@ def one_run(qemu, hold, wd):
         dst.kill()
         if gdb:
             gdb.kill()
-            gdb.wait()
 
 
 def main():

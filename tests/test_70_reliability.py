@@ -67,10 +67,16 @@ def tmpdir(label):
     return tempfile.mkdtemp(prefix=f"hb-rel-{label}-", dir=base)
 
 
-def held(stats):
-    """'inflight:N,acked:M' -> N + M (pages)."""
+def held_parts(stats):
+    """'inflight:N,acked:M' -> {"inflight": N, "acked": M} (pages)."""
     h = stats.get("held_pages", "")
-    return sum(int(x.split(":")[1]) for x in str(h).split(",") if ":" in x)
+    return {k: int(v) for k, v in (x.split(":") for x in str(h).split(",")
+                                   if ":" in x)}
+
+
+def held(stats):
+    """Pages held, in flight or acked."""
+    return sum(held_parts(stats).values())
 
 
 class Rig:
@@ -508,56 +514,23 @@ def test_round_stop_waits_for_a_batch_in_flight():
 
 class IothreadGate:
     """Hold a QEMU's free page hint bottom half at its entry (before it
-    takes free_page_lock): gdb in non-stop mode, a breakpoint there stops
-    only the balloon's iothread, the other threads keep running and gdb
-    stays free to serve them (a breakpoint that sleeps inside gdb would
-    leave every thread that gets a signal stopped)."""
+    takes free_page_lock) with a breakpoint that stops only the balloon's
+    iothread.  gdb stays free to serve the other threads (a breakpoint that
+    sleeps inside gdb would leave every thread that gets a signal
+    stopped)."""
 
     def __init__(self, vm, workdir):
-        script = os.path.join(workdir, "gate.gdb")
-        with open(script, "w") as f:
-            f.write("set pagination off\nset confirm off\n"
-                    f"set non-stop on\nattach {vm.machine.get_pid()}\n")
-        self.log = os.path.join(workdir, "gdb.log")
-        self.gdb = subprocess.Popen(
-            ["gdb", "-q", "-nx", "-x", script], stdin=subprocess.PIPE,
-            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
-        # A non-stop attach stops every thread but reports them one by one,
-        # and `continue -a` resumes only those already reported: give the
-        # attach time (as scripts/repro_stop_race.py does), then resume
-        # twice to catch a late one.
-        time.sleep(6)
-        for _ in range(2):
-            self._send("continue -a &", "(gdb)")
-            time.sleep(1)
-
-    def _send(self, cmds, expect, timeout=60):
-        n = open(self.log).read().count(expect)
-        self.gdb.stdin.write(cmds.encode() + b"\n")
-        self.gdb.stdin.flush()
-        deadline = time.time() + timeout
-        while open(self.log).read().count(expect) <= n:
-            assert self.gdb.poll() is None and time.time() < deadline, \
-                f"gdb: no {expect!r} after {cmds!r}: {open(self.log).read()}"
-            time.sleep(0.2)
+        self.gdb = harness.NonStopGdb(vm.machine.get_pid(), workdir)
 
     def close_gate(self):
-        self._send("break virtio_balloon_get_free_page_hints", "Breakpoint")
+        self.gdb.send("break virtio_balloon_get_free_page_hints",
+                      "Breakpoint")
 
     def open_gate(self):
-        self._send("delete\ncontinue -a &", "Continuing.")
+        self.gdb.send("delete\ncontinue -a &", "Continuing.")
 
     def stop(self):
-        try:
-            self.gdb.stdin.write(b"delete\ninterrupt -a\n")
-            self.gdb.stdin.flush()
-            time.sleep(1)
-            self.gdb.stdin.write(b"detach\nquit\n")
-            self.gdb.stdin.flush()
-            self.gdb.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            self.gdb.kill()
-            self.gdb.wait()
+        self.gdb.detach()
 
 
 @tag("reliability", "faults")
@@ -580,9 +553,8 @@ def test_done_frees_chains_the_device_returns_late():
             deadline = time.time() + 60
             while True:
                 s = rig.stats()
-                inflight = int(str(s.get("held_pages", "inflight:0"))
-                               .split(",")[0].split(":")[1])
-                if s.get("rounds", 0) > r0 and inflight > 0:
+                if (s.get("rounds", 0) > r0
+                        and held_parts(s).get("inflight", 0) > 0):
                     break
                 assert time.time() < deadline, f"no chain in flight: {s}"
                 time.sleep(0.5)
@@ -801,6 +773,12 @@ def _qemu_errors(rig, vm):
         return []
 
 
+def _injected(vm):
+    """The driver's fault injection counts: {fault name: its debugfs line}."""
+    _, out = vm.guest.run(f"cat {DEBUGFS}")
+    return {ln.split()[0]: ln for ln in out if ln.split()}
+
+
 def _bad_hints(label, groups):
     """For each group of faults: arm them, migrate, and check: injected,
     each counted by the host by reason, no virtio error in the source
@@ -822,8 +800,7 @@ def _bad_hints(label, groups):
             print(f"    {'+'.join(faults)}: host counters {delta}",
                   flush=True)
             errs = _qemu_errors(rig, src)
-            _, after = rig.vm.guest.run(f"cat {DEBUGFS}")
-            injected = {ln.split()[0]: ln for ln in after}
+            injected = _injected(rig.vm)
             try:
                 m, s = rig.wait_memory_back(rig.res["meminfo_before"], 30)
             except AssertionError as exc:
@@ -831,7 +808,7 @@ def _bad_hints(label, groups):
             assert not errs, f"QEMU reported errors: {errs} ({rig.dir})"
             missing = [f for f in faults
                        if "injected=0" in injected.get(f, "injected=0")]
-            assert not missing, f"driver did not inject {missing}: {after}"
+            assert not missing, f"driver did not inject {missing}: {injected}"
             not_counted = [f for f in faults if not any(
                 delta.get(k, 0) > 0 for k in FAULT_COUNTER[f])]
             assert not not_counted, \
@@ -877,10 +854,9 @@ def test_short_command_id_breaks_only_the_device():
         with open(os.path.join(rig.dir, f"{src.name}.log"),
                   errors="replace") as f:
             log = f.read()
-        _, after = rig.vm.guest.run(f"cat {DEBUGFS}")
-        line = next((ln for ln in after if ln.startswith("short_cmd")), "")
-        assert line and "injected=0" not in line, \
-            f"driver did not inject short_cmd: {after}"
+        injected = _injected(rig.vm)
+        assert "injected=0" not in injected.get("short_cmd", "injected=0"), \
+            f"driver did not inject short_cmd: {injected}"
         assert log.count("received an incorrect cmd id") == 1, \
             f"source QEMU did not break the device once ({rig.dir}): {log}"
         errs = _qemu_errors(rig, src)

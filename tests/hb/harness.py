@@ -785,6 +785,64 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
             subprocess.call(["rm", "-rf", workdir])
 
 
+class NonStopGdb:
+    """gdb attached to a running QEMU in non-stop mode: a breakpoint stops
+    only the thread that hits it, the other threads keep running.  `script`
+    is read after the attach (breakpoints, python)."""
+
+    def __init__(self, pid, workdir, script=""):
+        path = os.path.join(workdir, "gdb.cmds")
+        with open(path, "w") as f:
+            f.write("set pagination off\nset confirm off\n"
+                    f"set non-stop on\nattach {pid}\n{script}")
+        self.log = os.path.join(workdir, "gdb.log")
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                ["gdb", "-q", "-nx", "-x", path], stdin=subprocess.PIPE,
+                stdout=out, stderr=subprocess.STDOUT)
+        # A non-stop attach stops every thread but reports them one by one,
+        # and `continue -a` resumes only those already reported: give the
+        # attach time, then resume twice to catch a late one.
+        time.sleep(6)
+        for _ in range(2):
+            self.send("continue -a &", "(gdb)")
+            time.sleep(1)
+
+    def _log(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def send(self, cmds, expect, timeout=60):
+        """Send gdb commands and wait until `expect` appears once more in
+        its output."""
+        n = self._log().count(expect)
+        self.proc.stdin.write(cmds.encode() + b"\n")
+        self.proc.stdin.flush()
+        deadline = time.time() + timeout
+        while self._log().count(expect) <= n:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise GuestError(f"gdb: no {expect!r} after {cmds!r}: "
+                                 f"{self._log()[-2000:]}")
+            time.sleep(0.2)
+
+    def detach(self):
+        """Remove every breakpoint and let the QEMU go on without gdb."""
+        try:
+            self.proc.stdin.write(b"delete\ninterrupt -a\n")
+            self.proc.stdin.flush()
+            time.sleep(1)
+            self.proc.stdin.write(b"detach\nquit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+    def kill(self):
+        """For a QEMU that is killed next: breakpoints stay inserted."""
+        self.proc.kill()
+        self.proc.wait()
+
+
 def device_counters(vm):
     """Host-side hint counters from our QEMU (absent on stock)."""
     try:
