@@ -269,7 +269,7 @@ void vb_report_unregister(struct vb_device *vb);
 int vb_sysfs_init(struct vb_device *vb);
 void vb_sysfs_exit(struct vb_device *vb);
 void vb_sysfs_snapshot(struct vb_device *vb, struct vb_hint_settings *out);
-int vb_sysfs_validate(struct vb_hint_settings *s, struct vb_device *vb);
+int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb);
 int vb_sysfs_parse_mode(const char *str);
 
 #endif /* VB_H */

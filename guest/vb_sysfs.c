@@ -92,14 +92,21 @@ static unsigned int *vb_sysfs_field(struct vb_hint_settings *s, size_t offset)
 	return (unsigned int *)((char *)s + offset);
 }
 
+/* Its value, from a settings struct the caller only reads */
+static unsigned int vb_sysfs_value(const struct vb_hint_settings *s,
+				   size_t offset)
+{
+	return *(const unsigned int *)((const char *)s + offset);
+}
+
 /* Check every knob of @s, see vb_sysfs_check() */
-int vb_sysfs_validate(struct vb_hint_settings *s, struct vb_device *vb)
+int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb)
 {
 	size_t off;
 	int err;
 
 	for (off = 0; off < sizeof(*s); off += sizeof(unsigned int)) {
-		err = vb_sysfs_check(vb, off, *vb_sysfs_field(s, off));
+		err = vb_sysfs_check(vb, off, vb_sysfs_value(s, off));
 		if (err)
 			return err;
 	}
@@ -122,7 +129,7 @@ static ssize_t vb_sysfs_knob_show(struct device *dev,
 	struct vb_hint_settings s;
 
 	vb_sysfs_snapshot(vb, &s);
-	return sysfs_emit(buf, "%u\n", *vb_sysfs_field(&s, knob->offset));
+	return sysfs_emit(buf, "%u\n", vb_sysfs_value(&s, knob->offset));
 }
 
 /*

@@ -735,8 +735,9 @@ def host_reporting():
 def reported_kib():
     """KiB this host has reported to its own host since boot, or None."""
     try:
-        return int(host_reporting()["reported_kib"])
-    except (KeyError, ValueError):
+        with open(os.path.join(REPORTING, "reported_kib")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
         return None
 
 
@@ -770,11 +771,21 @@ def hold_freed_memory(warm_mib):
         raise SystemExit(f"--host-warm-memory: {REPORTING}: {e}") from e
     log("page_reporting: " + " ".join(f"{k}={v}" for k, v in REPORTING_HOLD)
         + f" for this run; warming {warm_mib} MiB")
-    size = warm_mib << 20
+    touch_fresh(warm_mib)
+
+
+def touch_fresh(mib, advice=None):
+    """Map mib MiB of fresh anonymous memory, write each 4 KiB page once,
+    unmap it; the seconds the writes took."""
+    size = mib << 20
     m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
+        if advice is not None:
+            m.madvise(advice)
+        t = time.perf_counter()
         for off in range(0, size, 4096):
             m[off] = 1
+        return time.perf_counter() - t
     finally:
         m.close()
 
@@ -786,21 +797,10 @@ def fault_probe(mib=128):
     machine that is itself a VM, the first figure includes the outer
     host's faults; the destination QEMU pays it for every huge page it
     loads into."""
-    out = {}
-    size = mib << 20
-    for key, adv in (("huge_cold", mmap.MADV_HUGEPAGE),
-                     ("huge_warm", mmap.MADV_HUGEPAGE),
-                     ("small", mmap.MADV_NOHUGEPAGE)):
-        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        try:
-            m.madvise(adv)
-            t = time.perf_counter()
-            for off in range(0, size, 4096):
-                m[off] = 1
-            out[key] = round((time.perf_counter() - t) / (size >> 12) * 1e9)
-        finally:
-            m.close()
-    return out
+    return {key: round(touch_fresh(mib, adv) / (mib << 8) * 1e9)
+            for key, adv in (("huge_cold", mmap.MADV_HUGEPAGE),
+                             ("huge_warm", mmap.MADV_HUGEPAGE),
+                             ("small", mmap.MADV_NOHUGEPAGE))}
 
 
 def machine_info(our_bin):
