@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Build the patched QEMU: Debian 12's qemu source package + host-qemu-patch/series,
+# Build the patched QEMU: Debian 12's qemu source package + host-qemu-patch/qemu-7.2/series,
 # a minimal x86_64-softmmu build, placed at build/qemu/qemu-system-x86_64.
 #
 # The build is cached, keyed by the hash of the series and its patches (and of
@@ -39,11 +39,11 @@ cfg=(--target-list=x86_64-softmmu --disable-docs --disable-tools --disable-gtk
     )
 cfg+=("${extra_cfg[@]}")
 
-series=$top/host-qemu-patch/series
+series=$top/host-qemu-patch/qemu-7.2/series
 key=$( { echo "$PINNED"; echo "${cfg[*]}";
 	 if [ -f "$series" ]; then
 		 cat "$series"
-		 { grep -vE "^\s*(#|$)" "$series" || true; } | while read -r p; do cat "$top/host-qemu-patch/$p"; done
+		 { grep -vE "^\s*(#|$)" "$series" || true; } | while read -r p; do cat "$top/host-qemu-patch/qemu-7.2/$p"; done
 	 fi; } | sha256sum | cut -c1-16)
 
 # 1. Fetch and unpack the Debian source package (once per version, cached).
@@ -104,7 +104,7 @@ if [ -f "$series" ]; then
 		case "$p" in ''|'#'*) continue ;; esac
 		n=$((n + 1))
 		say "applying [$n] $p"
-		patch -d "$pkgdir" -p1 --forward --batch --quiet < "$top/host-qemu-patch/$p" ||
+		patch -d "$pkgdir" -p1 --forward --batch --quiet < "$top/host-qemu-patch/qemu-7.2/$p" ||
 			die "patch $p does not apply to $(cat "$tarcache/VERSION")"
 	done < "$series"
 	say "applied $n patch(es)"

@@ -13,18 +13,27 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 
-# A deb-src entry is needed for 'apt-get source qemu'.
-need_src=1
-if grep -rqsE '^\s*deb-src\s' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null; then
-	need_src=0
-fi
-if grep -rqsE '^\s*Types:.*deb-src' /etc/apt/sources.list.d/*.sources 2>/dev/null; then
-	need_src=0
-fi
-if [ "$need_src" = 1 ]; then
-	say "adding a deb-src entry for bookworm"
-	cat > /etc/apt/sources.list.d/balloon-hint-src.sources <<'SRC'
-Types: deb-src
+# Apt entries balloon-hint needs, each in a file of its own:
+# - deb-src for bookworm: 'apt-get source qemu' of Debian 12's QEMU 7.2;
+# - bookworm-backports (deb and deb-src): the Linux 6.12 guest kernel and
+#   headers, meson >= 1.5 for QEMU 10.0, and Debian's own QEMU 10.0 binary
+#   (the stock reference of the 10.0 stack, unpacked under build/, never
+#   installed).  Backports has priority 100: nothing is taken from it unless
+#   asked for by name or with -t;
+# - deb-src for trixie: 'apt-get source qemu' of Debian 13's QEMU 10.0.
+add_sources() { # file, content
+	local f=/etc/apt/sources.list.d/$1
+	if [ ! -e "$f" ] || [ "$(cat "$f")" != "$2" ]; then
+		say "adding apt entries: $f"
+		printf '%s\n' "$2" > "$f"
+		rm -f /var/lib/balloon-hint/apt-updated
+	fi
+}
+# A deb-src entry for bookworm the machine already has is used as it is.
+if ! grep -sE '^\s*(deb-src\s.*\sbookworm\s|Suites:.*\bbookworm\b)' \
+	$(grep -lsE '^\s*(deb-src|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/* |
+	  grep -v balloon-hint-bp) >/dev/null 2>&1; then
+	add_sources balloon-hint-src.sources 'Types: deb-src
 URIs: http://deb.debian.org/debian
 Suites: bookworm bookworm-updates
 Components: main
@@ -34,10 +43,19 @@ Types: deb-src
 URIs: http://deb.debian.org/debian-security
 Suites: bookworm-security
 Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-	rm -f /var/lib/balloon-hint/apt-updated
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg'
 fi
+add_sources balloon-hint-bp.sources 'Types: deb deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg'
 
 PKGS=(
 	build-essential gcc make bc flex bison libelf-dev kmod cpio
@@ -69,12 +87,23 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The guest kernel and its headers must be the same version.
-kver=$("$(dirname "$0")/guest-kver.sh")
-if [ ! -e "/lib/modules/$kver/build/Makefile" ]; then
-	say "installing headers for guest kernel $kver"
-	apt-get install -y -q --no-install-recommends "linux-headers-$kver" >/dev/null
+# Guest kernels: Debian 12's 6.1 (linux-image-amd64 above) and 6.12 from
+# bookworm-backports, each with its headers.  6.12, the newest, is the
+# default guest kernel (scripts/guest-kver.sh).
+if ! ls /boot/vmlinuz-6.12.*-amd64 >/dev/null 2>&1 ||
+   ! ls -d /usr/src/linux-headers-6.12.*-amd64 >/dev/null 2>&1; then
+	say "installing the 6.12 guest kernel and headers (bookworm-backports)"
+	apt-get install -y -q --no-install-recommends -t bookworm-backports \
+		linux-image-amd64 linux-headers-amd64 >/dev/null
 fi
+for series in 6.1 6.12; do
+	kver=$("$(dirname "$0")/guest-kver.sh" "$series")
+	if [ ! -e "/lib/modules/$kver/build/Makefile" ]; then
+		say "installing headers for guest kernel $kver"
+		apt-get install -y -q --no-install-recommends "linux-headers-$kver" >/dev/null
+	fi
+done
+kver=$("$(dirname "$0")/guest-kver.sh")
 
 # checkpatch.pl comes from the kernel source tarball.
 if [ ! -x /usr/src/linux-source-6.1/scripts/checkpatch.pl ]; then

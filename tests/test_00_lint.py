@@ -50,14 +50,14 @@ def test_kernel_gates_catch_violations():
 
 @tag("lint")
 def test_qemu_patches_pass_checkpatch():
-    patches = [l.strip() for l in open(f"{TOP}/host-qemu-patch/series")
+    patches = [l.strip() for l in open(f"{TOP}/host-qemu-patch/qemu-7.2/series")
                if l.strip() and not l.startswith("#")]
     assert patches, "empty series"
     for p in patches:
         r = sh(f"cd {QEMU_SRC} && perl scripts/checkpatch.pl "
-               f"{TOP}/host-qemu-patch/{p}")
+               f"{TOP}/host-qemu-patch/qemu-7.2/{p}")
         assert r.returncode == 0, f"{p}:\n{r.stdout[-2000:]}"
-        txt = open(f"{TOP}/host-qemu-patch/{p}").read()
+        txt = open(f"{TOP}/host-qemu-patch/qemu-7.2/{p}").read()
         assert "Signed-off-by:" in txt, f"{p}: no Signed-off-by"
 
 
