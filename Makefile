@@ -27,7 +27,7 @@ check: qemu-asan
 endif
 
 guest: setup
-	@$(MAKE) --no-print-directory -C guest KVER=$(shell scripts/guest-kver.sh)
+	@$(MAKE) --no-print-directory -C guest KVER=$(KVER)
 
 image: guest
 	@bash scripts/mk-initramfs.sh $(INITRD) guest/virtio_balloon.ko

@@ -22,8 +22,9 @@
 # The qtest binaries are copied to build/qtests/bin (keyed by build-qemu's
 # .key) so a later rebuild of the tree by build-qemu.sh does not lose them.
 # Logs: build/results/qtests/<label>-<test>.log; summary in
-# build/results/qtests/summary.txt.  Exit status: non-zero if a qtest of our
-# binary failed.
+# build/results/qtests/summary.txt.  Exit status: 1 if a qtest failed (of our
+# binary, or of the baseline with --baseline), 2 if the qtests could not be
+# built or run at all.
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -167,7 +168,7 @@ say "mode=$mode binary=$ours"
 suite ours "$(wrap ours "$ours")" || fail=1
 if [ "$baseline" = 1 ]; then
 	say "baseline: unpatched Debian build $stock"
-	suite stock "$stock" || true
+	suite stock "$stock" || fail=1
 fi
 say "summary ($summary):"
 cat "$summary"

@@ -26,24 +26,45 @@ def test_guest_lint_checkpatch_w1_sparse():
     assert "0 warnings" in r.stdout
 
 
+# checkpatch --strict: brace placement.  W=1 only: an unused static const
+# (-Wunused-const-variable is off in the default warnings of both guest
+# kernels, on with W=1).  Nothing here warns without W=1.
+BAD_C = """// SPDX-License-Identifier: GPL-2.0
+#include <linux/module.h>
+static const int hb_unused_table = 3;
+static int foo(void) {
+  return 0; }
+static int __init bad_init(void) { return foo(); }
+module_init(bad_init);
+MODULE_LICENSE("GPL");
+"""
+
+
 @tag("lint")
 def test_kernel_gates_catch_violations():
-    """checkpatch --strict and W=1 must fail on code that violates them."""
+    """checkpatch --strict and W=1 must fail on code that violates them;
+    the W=1 violation does not warn without W=1."""
     d = tempfile.mkdtemp(prefix="hb-lint-")
     try:
         with open(f"{d}/bad.c", "w") as f:
-            f.write("// SPDX-License-Identifier: GPL-2.0\n#include <linux/module.h>\n"
-                    "static int foo(void) {\n  int x = 1;\n return 0; }\n"
-                    "int bad_fn(int a) { if (a) return foo(); return 0; }\n"
-                    "MODULE_LICENSE(\"GPL\");\n")
+            f.write(BAD_C)
         with open(f"{d}/Kbuild", "w") as f:
             f.write("obj-m := bad.o\n")
         cp = "/usr/src/linux-source-6.1/scripts/checkpatch.pl"
         r = sh(f"perl {cp} --no-tree --strict --terse -f {d}/bad.c")
         assert r.returncode != 0 and "ERROR" in r.stdout, r.stdout
-        kver = sh(f"{TOP}/scripts/guest-kver.sh").stdout.strip()
-        r = sh(f"make -C /lib/modules/{kver}/build M={d} W=1 modules")
-        assert "warning:" in r.stdout + r.stderr, "W=1 missed a missing prototype"
+        kver = (os.environ.get("KVER")
+                or sh(f"{TOP}/scripts/guest-kver.sh").stdout.strip())
+        kdir = f"/lib/modules/{kver}/build"
+        r = sh(f"make -C {kdir} M={d} modules")
+        out = r.stdout + r.stderr
+        assert r.returncode == 0 and "warning:" not in out, \
+            f"the fixture warns without W=1: {out[-2000:]}"
+        sh(f"make -C {kdir} M={d} clean")
+        r = sh(f"make -C {kdir} M={d} W=1 modules")
+        out = r.stdout + r.stderr
+        assert "-Wunused-const-variable" in out, \
+            f"W=1 missed an unused const variable: {out[-2000:]}"
     finally:
         shutil.rmtree(d)
 

@@ -4,12 +4,12 @@ import os
 import tempfile
 
 from hb import harness
-from hb.testlib import BUILD, Skip, have_ours_driver, qemu_bin, tag
+from hb.testlib import BUILD, need_ours, qemu_bin, tag
 
 
 def _boot(qemu, balloon):
-    if balloon == "ours" and not have_ours_driver():
-        raise Skip("our driver is not built")
+    if balloon == "ours":
+        need_ours()
     d = tempfile.mkdtemp(prefix="hb-boot-", dir=os.path.join(BUILD, "tmp"))
     vm = harness.VM(d, "boot", qemu_bin(qemu), 1024, balloon, hint=True)
     try:

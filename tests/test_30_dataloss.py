@@ -5,21 +5,23 @@ start (time to hint before the bulk stage), and memory churn during
 migration.  Every run must complete with data intact and no kernel error on
 the destination.  REPEAT=N repeats each (the soak run uses 20)."""
 from hb import harness
-from hb.harness import DATALOSS_DRIVERS, DATALOSS_SCENARIOS
-from hb.testlib import (REPEAT, Skip, assert_intact, have_ours_driver,
-                        migrate, qemu_bin, tag)
+from hb.harness import DATALOSS_DRIVERS, DATALOSS_MODES, DATALOSS_SCENARIOS
+from hb.testlib import (REPEAT, assert_hinted, assert_intact, migrate,
+                        need_ours, our_qemu, tag, timeout)
 
 
 def _run(driver, name, dst_args=(), label=""):
     balloon, args = DATALOSS_DRIVERS[driver]
-    if balloon == "ours" and not have_ours_driver():
-        raise Skip("our driver is not built")
+    if balloon == "ours":
+        need_ours()
     for i in range(REPEAT):
+        what = f"{driver}/{name}{label} run {i + 1}/{REPEAT}"
         res = migrate(f"ours-{driver}-{name}{label}-{i}",
-                      src_bin=qemu_bin("ours"), balloon=balloon, hint=True,
+                      src_bin=our_qemu(), balloon=balloon, hint=True,
                       balloon_args=args, dst_args=dst_args,
                       scenario=harness.Scenario(**DATALOSS_SCENARIOS[name]))
-        assert_intact(res, f"{driver}/{name}{label} run {i + 1}/{REPEAT}")
+        assert_intact(res, what)
+        assert_hinted(res, DATALOSS_MODES[driver], what)
         if dst_args:
             # The regime this test is for: the load did not wait for the
             # destination's page faults (~70 ms instead of ~450 ms at 1 GiB).
@@ -30,6 +32,7 @@ def _run(driver, name, dst_args=(), label=""):
 
 def _make(driver, name):
     @tag("dataloss", "soak")
+    @timeout(900 * REPEAT)
     def t():
         _run(driver, name)
     t.__name__ = f"test_our_qemu_{driver}_driver_{name}"
@@ -43,6 +46,7 @@ for _d in DATALOSS_DRIVERS:
 
 
 @tag("dataloss")
+@timeout(1800 * REPEAT)
 def test_our_qemu_churn_into_preallocated_destination():
     """Churn during a migration whose destination has its RAM preallocated
     (-mem-prealloc): the load no longer waits for page faults, so the

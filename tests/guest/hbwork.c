@@ -29,6 +29,11 @@
  *                              verify it, free it
  *   bandwidth MIB SECS         memory-bound loop, prints MiB/s
  *   meminfo                    MemFree/MemAvailable in KiB
+ *   write PATH [HEX]           one write(2) of the bytes HEX (none: a
+ *                              zero-length write) to PATH opened O_WRONLY;
+ *                              prints its return value and errno
+ *   poke PATH OFFSET           flip every bit of the byte at OFFSET of PATH
+ *                              (damage a kept file on purpose)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -422,6 +427,52 @@ static unsigned long num(const char *s)
 	return v;
 }
 
+static int cmd_write(const char *path, const char *hex)
+{
+	unsigned char buf[256];
+	size_t len = 0;
+	ssize_t r;
+	int fd, err;
+
+	while (hex[0] && hex[1] && len < sizeof(buf)) {
+		unsigned int b;
+
+		if (sscanf(hex, "%2x", &b) != 1)
+			break;
+		buf[len++] = b;
+		hex += 2;
+	}
+	fd = open(path, O_WRONLY);
+	if (fd < 0) {
+		printf("HBWORK write ret=-1 errno=%d op=open\n", errno);
+		return 1;
+	}
+	r = write(fd, buf, len);
+	err = r < 0 ? errno : 0;
+	close(fd);
+	printf("HBWORK write len=%zu ret=%zd errno=%d\n", len, r, err);
+	return r == (ssize_t)len ? 0 : 1;
+}
+
+static int cmd_poke(const char *path, unsigned long off)
+{
+	unsigned char b;
+	int fd = open(path, O_RDWR);
+
+	if (fd < 0 || pread(fd, &b, 1, off) != 1) {
+		printf("HBWORK poke ok=0 errno=%d\n", errno);
+		return 1;
+	}
+	b ^= 0xff;
+	if (pwrite(fd, &b, 1, off) != 1) {
+		printf("HBWORK poke ok=0 errno=%d\n", errno);
+		return 1;
+	}
+	close(fd);
+	printf("HBWORK poke ok=1 offset=%lu byte=0x%02x\n", off, b);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *c = argc > 1 ? argv[1] : "";
@@ -444,6 +495,10 @@ int main(int argc, char **argv)
 		return cmd_pressure(num(argv[2]));
 	if (!strcmp(c, "bandwidth") && argc == 4)
 		return cmd_bandwidth(num(argv[2]), num(argv[3]));
+	if (!strcmp(c, "write") && (argc == 3 || argc == 4))
+		return cmd_write(argv[2], argc == 4 ? argv[3] : "");
+	if (!strcmp(c, "poke") && argc == 4)
+		return cmd_poke(argv[2], num(argv[3]));
 	if (!strcmp(c, "meminfo")) {
 		printf("HBWORK meminfo free_kb=%lu avail_kb=%lu total_kb=%lu\n",
 		       meminfo("MemFree"), meminfo("MemAvailable"),

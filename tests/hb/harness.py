@@ -60,21 +60,37 @@ KERNEL_ERROR_RE = re.compile(
     r"Bad page map|unable to handle|Unable to handle|slab.*corrupt|"
     r"double fault|invalid opcode:|stack-protector|Corrupted low memory)")
 
+# What QEMU prints on stderr when a device or QEMU itself went wrong: a
+# virtio_error(), an assertion, a crash, or an ASan/UBSan report.  A single
+# match fails a migration test (tests that provoke one on purpose say which
+# lines they expect).
+QEMU_ERROR_RE = re.compile(
+    r"(virtio: |virtio-balloon: |Assertion|Segmentation|core dumped|"
+    r"ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|"
+    r"SUMMARY: \w+Sanitizer)")
+SANITIZER_RE = re.compile(r"(ERROR: AddressSanitizer|runtime error:|"
+                          r"ERROR: LeakSanitizer|SUMMARY: \w+Sanitizer)")
+
+# What the test guest's /init prints when its own setup went wrong (a
+# module that did not load): the boot fails.
+GUEST_ERROR_RE = re.compile(r"HB ERROR")
+
 _LIVE = set()
 
 
-def _kill_all():
+def kill_all():
+    """Kill every QEMU this process started and has not ended yet."""
     for vm in list(_LIVE):
         vm.kill()
 
 
 def _on_signal(signum, _frame):
-    _kill_all()
+    kill_all()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
 
-atexit.register(_kill_all)
+atexit.register(kill_all)
 for _s in (signal.SIGTERM, signal.SIGHUP):
     signal.signal(_s, _on_signal)
 
@@ -348,9 +364,33 @@ class VM:
                          f"{timeout}s")
 
     def boot(self, timeout=180):
+        """Launch, wait for the guest's command loop; a guest whose /init
+        reported an error (HB ERROR: a module that did not load) fails."""
         self.launch()
         self.wait_console(r"HB READY", timeout)
+        errs = self.guest_errors()
+        if errs:
+            raise GuestError(f"{self.name}: guest setup failed: {errs}")
         self.guest.connect()
+
+    def guest_errors(self):
+        return [ln for ln in self.console_text().splitlines()
+                if GUEST_ERROR_RE.search(ln)]
+
+    def log_path(self):
+        """QEMU's stdout/stderr (QEMUMachine's log in the work directory)."""
+        return os.path.join(self.workdir, f"{self.name}.log")
+
+    def qemu_errors(self, allow=()):
+        """Lines of QEMU's stderr that report an error (QEMU_ERROR_RE),
+        except those matching one of the `allow` patterns."""
+        try:
+            with open(self.log_path(), errors="replace") as f:
+                lines = [ln.rstrip() for ln in f]
+        except OSError:
+            return []
+        return [ln for ln in lines if QEMU_ERROR_RE.search(ln)
+                and not any(re.search(a, ln) for a in allow)]
 
     def _dead(self):
         if not self.machine.is_running():
@@ -433,7 +473,9 @@ class VM:
 
 
 def guest_kernel():
-    kver = subprocess.check_output(
+    """The guest kernel: $KVER (as `make ... KVER=` passes it down), else
+    scripts/guest-kver.sh's default."""
+    kver = os.environ.get("KVER") or subprocess.check_output(
         [os.path.join(TOP, "scripts", "guest-kver.sh")], text=True).strip()
     return f"/boot/vmlinuz-{kver}"
 
@@ -456,17 +498,18 @@ def balloon_stats(vm):
 
 
 def write_sysfs(vm, path, value):
-    """Write `value` byte-exact to a guest file in one write(2) (dd
-    reports the errno; the shell's printf does not).  Returns (rc, value
-    before, value after, dd's stderr)."""
-    octal = "".join(f"\\{ord(c):03o}" for c in value)
+    """Write `value` byte-exact to a guest file in exactly one write(2),
+    also when it is empty (`hbwork write`).  Returns (rc, value before,
+    value after, the error text of write's errno or "")."""
+    hexval = value.encode().hex()
     _, out = vm.guest.run(
-        f"b=$(cat {path}); printf '{octal}' | "
-        f"dd of={path} bs=4096 conv=notrunc 2>/tmp/.err; r=$?; "
-        f"echo \"R $r|$b|$(cat {path})|$(cat /tmp/.err)\"", check=False)
+        f"b=$(cat {path}); w=$(hbwork write {path} {hexval}); r=$?; "
+        f"echo \"R $r|$b|$(cat {path})|$w\"", check=False)
     line = next(x for x in out if x.startswith("R "))
-    r, before, after, err = line[2:].split("|", 3)
-    return int(r), before, after, err
+    r, before, after, w = line[2:].split("|", 3)
+    err = parse_kv(w).get("errno", 0) if w.startswith("HBWORK ") else None
+    assert err is not None, f"hbwork write printed no result: {line}"
+    return int(r), before, after, os.strerror(err) if err else ""
 
 
 def balloon_features(vm):
@@ -496,8 +539,13 @@ DATALOSS_SCENARIOS = {
 DATALOSS_DRIVERS = {
     "intree": ("intree", ""),
     "ours": ("ours", ""),                       # scan mode, the default
-    "ours_alloc": ("ours", "hint_mode=alloc"),  # alloc mode + HINT_HOLD
+    "ours_alloc": ("ours", "hint_mode=alloc"),  # alloc mode
 }
+
+
+# ... and the hint mode each must run its rounds in on our QEMU (None: the
+# in-tree driver, which has no mode).
+DATALOSS_MODES = {"intree": None, "ours": "scan", "ours_alloc": "alloc"}
 
 
 # QEMU's default downtime-limit, set explicitly so that every run says so.
@@ -560,25 +608,72 @@ def prepare_guest(vm, sc, res):
             raise GuestError("hold daemon did not start")
         time.sleep(0.2)
     if sc.workload == "churn":
-        g.run(f"hbwork churn {sc.churn_rate} 0 64 > /tmp/churn.out 2>&1 &")
+        start_churn(g, sc)
     if sc.ticker:
-        # A live guest: re-check the kept data every 2 s, as the reporter's
-        # guest did.  Each pass allocates and frees memory.
-        g.run(f"while :; do hbwork verify /data/keep {sc.keep_mib} {sc.seed}"
-              " >> /tmp/ticker.out; sleep 2; done > /dev/null 2>&1 &")
+        start_ticker(g, sc)
     res["meminfo_before"] = g.hbwork("meminfo")
     time.sleep(sc.settle)
 
 
+# Guest shell: the PIDs of running `hbwork VERB` processes (busybox-static
+# has no pkill/pgrep -f).
+_HBWORK_PIDS = ("for p in $(pidof hbwork); do "
+                "tr '\\0' ' ' < /proc/$p/cmdline | grep -q '^[^ ]*hbwork {verb} ' "
+                "&& echo $p; done")
+
+
+def wait_guest(g, cmd, what, timeout=60):
+    """Run `cmd` in the guest until it exits 0; GuestError after timeout."""
+    deadline = time.time() + timeout
+    while True:
+        rc, out = g.run(cmd, check=False)
+        if rc == 0:
+            return out
+        if time.time() > deadline:
+            raise GuestError(f"{what}: not after {timeout}s ({out})")
+        time.sleep(0.2)
+
+
+def start_churn(g, sc):
+    """Memory churn in the guest until stop_churn()."""
+    g.run(f"hbwork churn {sc.churn_rate} 0 64 > /tmp/churn.out 2>&1 &")
+
+
+def start_ticker(g, sc):
+    """A live guest: re-check the kept data every 2 s until stop_ticker().
+    Each pass allocates and frees memory."""
+    g.run(": > /tmp/ticker.out; while :; do hbwork verify /data/keep "
+          f"{sc.keep_mib} {sc.seed} >> /tmp/ticker.out; sleep 2; done "
+          "> /dev/null 2>&1 & echo $! > /tmp/ticker.pid")
+
+
 def stop_churn(g):
-    """Stop `hbwork churn` (started with output to /tmp/churn.out); return
-    its result fields (None if it printed none) and its HBBADPAGE lines."""
-    # (busybox-static has no pkill)
-    g.run("for p in $(pidof hbwork); do grep -q churn /proc/$p/cmdline "
-          "&& kill -TERM $p; done; sleep 1", check=False)
+    """Stop `hbwork churn` (started with output to /tmp/churn.out): SIGTERM,
+    then wait for the process to exit and its result line to be written.
+    Returns its result fields (None if it printed none) and its HBBADPAGE
+    lines."""
+    g.run(f"for p in $({_HBWORK_PIDS.format(verb='churn')}); do "
+          "kill -TERM $p; done", check=False)
+    wait_guest(g, f"test -z \"$({_HBWORK_PIDS.format(verb='churn')})\"",
+               "hbwork churn did not exit on SIGTERM")
     _, out = g.run("cat /tmp/churn.out", check=False)
     churn = next((parse_kv(x) for x in out if x.startswith("HBWORK")), None)
     return churn, [x for x in out if x.startswith("HBBADPAGE")]
+
+
+def stop_ticker(g):
+    """Stop the ticker (the loop that re-verifies the kept data every 2 s)
+    and wait for its last pass to end.  Returns {"passes", "bad"}: how many
+    passes ran (before and after the migration) and the result lines of
+    those that found the data damaged."""
+    g.run("kill $(cat /tmp/ticker.pid); rm -f /tmp/ticker.pid", check=False)
+    wait_guest(g, f"test -z \"$({_HBWORK_PIDS.format(verb='verify')})\"",
+               "the ticker's last pass did not end")
+    _, out = g.run("cat /tmp/ticker.out", check=False)
+    lines = [x for x in out if x.startswith("HBWORK")]
+    bad = [x for x in out if not x.startswith("HBWORK verify ")
+           or parse_kv(x).get("ok") != 1]
+    return {"passes": len(lines), "bad": bad[:20]}
 
 
 def verify_guest(vm, sc, res):
@@ -586,6 +681,10 @@ def verify_guest(vm, sc, res):
     g = vm.guest
     v = {"bytes_verified": 0}
     ok = True
+    if sc.ticker:
+        v["ticker"] = stop_ticker(g)
+        if v["ticker"]["bad"]:
+            ok = False
     if sc.workload == "churn":
         churn, bad = stop_churn(g)
         v["churn"] = churn
@@ -612,6 +711,8 @@ def verify_guest(vm, sc, res):
             break
         time.sleep(0.2)
     v["hold"] = hold
+    _, hold_out = g.run("cat /tmp/hold.out", check=False)
+    v["hold_bad_pages"] = [x for x in hold_out if x.startswith("HBBADPAGE")]
     if not hold or hold.get("ok") != 1 or hold.get("sum") != res["hold"]["sum"]:
         ok = False
     else:
@@ -676,10 +777,14 @@ def wait_migration(src, timeout, on_tick=None):
 def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                  hint=False, scenario=None, workdir=None, balloon_args="",
                  device_props="", timeout=600, keep_dirs=False,
-                 on_source_ready=None, on_destination=None, dst_args=()):
+                 on_source_ready=None, on_destination=None, dst_args=(),
+                 on_verified=None):
     """Boot a source guest, prepare it, migrate it, verify it on the
     destination.  Returns a JSON-able dict; never leaves a QEMU behind.
-    dst_args: extra QEMU arguments for the destination only."""
+    dst_args: extra QEMU arguments for the destination only.  Hooks, each
+    called as hook(vm, res): on_source_ready before the migration starts,
+    on_destination once the destination runs, on_verified after the guest
+    data was verified there (before the consoles are read)."""
     sc = scenario or Scenario()
     dst_bin = dst_bin or src_bin
     own_dir = workdir is None
@@ -709,6 +814,7 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         src.boot()
         res["boot_s"] = round(time.time() - t0, 1)
         prepare_guest(src, sc, res)
+        hint_before = balloon_stats(src) if balloon == "ours" else {}
         if on_source_ready:
             on_source_ready(src, res)
         dst.launch()
@@ -716,7 +822,6 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         bw = 1 << 20 if sc.throttle_start_s else bw_full
         if sc.postcopy_after_s:
             bw = POSTCOPY_PRECOPY_BW
-        hint_before = balloon_stats(src) if balloon == "ours" else {}
         cpu0 = src.cpu_seconds()
         t_mig = time.time()
         start_migration(src, dst, bw, sc.downtime_limit_ms,
@@ -764,6 +869,8 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
             res["guest_hint"] = after
             res["guest_hint_before"] = hint_before
         res["data_intact"] = verify_guest(dst, sc, res)
+        if on_verified:
+            on_verified(dst, res)
         res["balloon_query"] = dst.qmp("query-balloon")
         res["kernel_errors"] = (dst.kernel_errors() +
                                 res["verify"].get("dmesg_errors", []))
@@ -781,6 +888,10 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         src.kill()
         dst.kill()
         res["src_console_errors"] = src.kernel_errors()
+        res["qemu_errors"] = {"src": src.qemu_errors(),
+                              "dst": dst.qemu_errors()}
+        if res["src_console_errors"] or any(res["qemu_errors"].values()):
+            res["ok"] = False
         if own_dir and not keep_dirs and res.get("ok"):
             subprocess.call(["rm", "-rf", workdir])
 

@@ -11,12 +11,22 @@ REPEAT = int(os.environ.get("REPEAT", "1"))
 
 
 class Skip(Exception):
-    """The test cannot run here; says why."""
+    """The environment lacks something the test needs (never raised for a
+    build or product failure); says what."""
 
 
 def tag(*tags):
     def deco(f):
         f.tags = tuple(tags)
+        return f
+    return deco
+
+
+def timeout(seconds):
+    """The test's time limit in the runner (default run.DEFAULT_TIMEOUT_S);
+    past it the test's verdict is TIMEOUT and its processes are killed."""
+    def deco(f):
+        f.timeout_s = seconds
         return f
     return deco
 
@@ -46,7 +56,8 @@ def summary(results):
         for k, v in r.get("facts", {}).items():
             if isinstance(v, int):
                 tot[k] = tot.get(k, 0) + v
-    tot["failures"] = sum(r["verdict"] == "failed" for r in results)
+    tot["failures"] = sum(r["verdict"] in ("failed", "timeout")
+                         for r in results)
     return tot
 
 
@@ -94,17 +105,87 @@ def migrate(label, **kw):
     return res
 
 
+def record_reference(res, label):
+    """A stock reference run: count it, count it as a loss unless it was ok
+    (completed, data intact, no kernel error), and append its verdict to
+    build/results/reference.json.  Never asserts what stock did."""
+    CURRENT.add("stock_runs")
+    lost = not res.get("ok")
+    if lost:
+        CURRENT.add("stock_losses")
+    path = os.path.join(BUILD, "results", "reference.json")
+    try:
+        with open(path) as f:
+            runs = json.load(f)
+    except (OSError, ValueError):
+        runs = []
+    runs.append({"label": label, "test": CURRENT.name,
+                 "config": res.get("config"), "status": res.get("status"),
+                 "data_intact": res.get("data_intact"),
+                 "kernel_errors": len(res.get("kernel_errors") or []),
+                 "transferred_mb": res.get("transferred_mb"),
+                 "total_ms": res.get("total_ms"),
+                 "downtime_ms": res.get("downtime_ms"), "lost": lost})
+    save_json(path, runs)
+
+
 def assert_intact(res, label=""):
-    """Every run of our stack must pass: completed, running, data intact, no
-    kernel error on the destination."""
+    """Every run of our stack must pass: completed, the destination running,
+    guest data intact (kept file, held memory, churn, every ticker pass), no
+    kernel error on the destination's or the source's console, no error in
+    either QEMU's stderr (virtio_error, assertion, sanitizer report)."""
     where = f" [{label}] (details: {res.get('workdir')})"
     assert res.get("status") == "completed", \
         f"migration {res.get('status')}: {res.get('error')}{where}"
     assert res.get("dst_status") == "running", f"destination not running{where}"
     assert not res.get("kernel_errors"), \
         f"destination kernel errors: {res['kernel_errors'][:5]}{where}"
+    assert not res.get("src_console_errors"), \
+        f"source kernel errors: {res['src_console_errors'][:5]}{where}"
+    qerr = res.get("qemu_errors") or {}
+    assert not any(qerr.values()), f"QEMU stderr reports errors: {qerr}{where}"
+    v = res.get("verify") or {}
+    assert not (v.get("ticker") or {}).get("bad"), \
+        f"the ticker saw damaged data: {v['ticker']}{where}"
     assert res.get("data_intact") is True, \
-        f"guest data not intact: {res.get('verify') or res.get('error')}{where}"
+        f"guest data not intact: {v or res.get('error')}{where}"
+    assert res.get("ok") is True, f"run not ok: {res.get('error')}{where}"
+
+
+def assert_hinted(res, mode=None, label=""):
+    """The migration hinted: the source device cleared pages from the
+    dirty bitmap because of hints and, with our driver, the guest ran a
+    new round in `mode` ("scan" or "alloc"; None: either)."""
+    where = f" [{label}] (details: {res.get('workdir')})"
+    c = res.get("device_src") or {}
+    assert c.get("cleared-pages", 0) > 0, \
+        f"the source device cleared no page because of hints: {c}{where}"
+    if res["config"]["balloon"] != "ours":
+        return
+    g0 = res.get("guest_hint_before") or {}
+    g = res.get("guest_hint") or {}
+    assert g.get("rounds", 0) > g0.get("rounds", 0), \
+        f"the guest ran no hint round: before={g0} after={g}{where}"
+    assert g.get("bytes_hinted", 0) > g0.get("bytes_hinted", 0), \
+        f"the guest hinted nothing: before={g0} after={g}{where}"
+    if mode:
+        assert g.get("mode") == mode, \
+            f"the guest hinted in mode {g.get('mode')!r}, not {mode!r}{where}"
+
+
+def need_ours():
+    """Our driver is built by `make image`: its absence is a build
+    failure, not a missing environment."""
+    path = os.path.join(TOP, "guest", "virtio_balloon.ko")
+    assert os.path.exists(path), f"our driver is not built ({path})"
+
+
+def our_qemu():
+    """The patched QEMU (HB_OUR_QEMU overrides)."""
+    path = os.environ.get("HB_OUR_QEMU") or harness.OUR_QEMU
+    assert os.path.isfile(path) and os.access(path, os.X_OK), \
+        f"no QEMU at {path} (make qemu)"
+    return path
 
 
 def sh(cmd, **kw):
