@@ -20,12 +20,6 @@ qemu: setup
 qemu-asan: setup
 	@SANITIZE=1 bash scripts/build-qemu.sh
 
-# make check SANITIZE=1: the hinting and fault tests against an ASan/UBSan
-# build of our QEMU.
-ifeq ($(SANITIZE),1)
-check: qemu-asan
-endif
-
 guest: setup
 	@$(MAKE) --no-print-directory -C guest KVER=$(KVER)
 
@@ -36,13 +30,26 @@ lint: setup qemu
 	@$(MAKE) --no-print-directory -C guest lint
 	@$(PY) tests/run.py --tag lint
 
-# All tests; the runner's last line is "N passed, N failed[, N skipped]".
-check: qemu image
-	@mkdir -p build/tmp
-	@$(PY) tests/run.py $(if $(SANITIZE),--tag sanitize,$(if $(TAG),--tag $(TAG),--skip-tag long --skip-tag sanitize))
+# All tests but the long ones; the runner's last line is
+# "N passed, N failed[, N skipped]".  TAG=name: only the tests with that tag.
+# SANITIZE=1: the tests tagged `sanitize` (hinting, faults, bad input)
+# against the ASan/UBSan build of our QEMU; every test fails on a sanitizer
+# report in a QEMU's stderr.
+ASAN_QEMU := build/qemu-asan/qemu-system-x86_64
+ifeq ($(SANITIZE),1)
+CHECK_DEPS := qemu-asan
+CHECK_ENV := HB_OUR_QEMU=$(CURDIR)/$(ASAN_QEMU)
+CHECK_ARGS := --tag sanitize
+else
+CHECK_ARGS := $(if $(TAG),--tag $(TAG),--skip-tag long)
+endif
 
-# Long runs kept out of `make check`: the full QEMU migration-test, the ten
-# back-and-forth migrations.
+check: qemu image $(CHECK_DEPS)
+	@mkdir -p build/tmp
+	@$(CHECK_ENV) $(PY) tests/run.py $(CHECK_ARGS)
+
+# Long runs kept out of `make check`: the full QEMU migration-test with its
+# baseline, the ten back-and-forth migrations, the stock reference runs.
 long: qemu image
 	@mkdir -p build/tmp
 	@$(PY) tests/run.py --tag long
@@ -62,7 +69,7 @@ demo: qemu image
 
 bench: qemu image
 	@mkdir -p build/tmp
-	@$(PY) scripts/bench.py $(if $(QUICK),--quick) $(BENCH_ARGS)
+	@$(PY) scripts/bench $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:
 	-@$(MAKE) --no-print-directory -C guest clean

@@ -4,7 +4,6 @@ on purpose in a hinted migration of our stack and expects the verdict to
 say so: one flipped byte of the kept data on the destination (data check),
 a kernel error line on the source's console and on the destination's
 (console scans), a real kernel crash of the destination."""
-from hb import harness
 from hb.harness import Scenario
 from hb.testlib import (assert_hinted, assert_intact, migrate, need_ours,
                         our_qemu, tag)

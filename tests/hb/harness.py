@@ -44,6 +44,8 @@ def _qemu_python():
 sys.path.insert(0, _qemu_python())
 from qemu.machine import QEMUMachine  # noqa: E402  pylint: disable=C0413
 
+from .cpu import CpuSampler  # noqa: E402  pylint: disable=C0413
+
 STOCK_QEMU = "/usr/bin/qemu-system-x86_64"
 OUR_QEMU = os.path.join(BUILD, "qemu", "qemu-system-x86_64")
 FIRMWARE = ["/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu"]
@@ -76,6 +78,11 @@ SANITIZER_RE = re.compile(r"(ERROR: AddressSanitizer|runtime error:|"
 GUEST_ERROR_RE = re.compile(r"HB ERROR")
 
 _LIVE = set()
+
+
+def live_vms():
+    """The QEMUs this process started that have not ended yet."""
+    return list(_LIVE)
 
 
 def kill_all():
@@ -455,22 +462,6 @@ class VM:
             best.pop("anon")
         return best
 
-    def cpu_seconds(self):
-        """User+system CPU seconds of this QEMU, by thread name."""
-        pid = self.machine.get_pid()
-        res = {}
-        tick = os.sysconf("SC_CLK_TCK")
-        for d in glob.glob(f"/proc/{pid}/task/*"):
-            try:
-                with open(f"{d}/comm") as f:
-                    comm = f.read().strip()
-                with open(f"{d}/stat") as f:
-                    st = f.read().rsplit(")", 1)[1].split()
-                res[comm] = res.get(comm, 0) + (int(st[11]) + int(st[12])) / tick
-            except OSError:
-                pass
-        return res
-
 
 def guest_kernel():
     """The guest kernel: $KVER (as `make ... KVER=` passes it down), else
@@ -558,7 +549,8 @@ class Scenario:
     def __init__(self, workload="stale", mem_mib=1024, keep_mib=24,
                  hold_mib=16, stale_pct=75, churn_rate=64, settle=1.0,
                  throttle_start_s=0.0, seed=None, ticker=True,
-                 postcopy_after_s=0.0, downtime_limit_ms=DOWNTIME_LIMIT_MS):
+                 postcopy_after_s=0.0, downtime_limit_ms=DOWNTIME_LIMIT_MS,
+                 smp=2, churn_procs=1):
         assert workload in WORKLOADS, workload
         self.workload = workload
         self.mem_mib = mem_mib
@@ -574,6 +566,10 @@ class Scenario:
         self.postcopy_after_s = postcopy_after_s
         # migrate-set-parameters downtime-limit for this migration.
         self.downtime_limit_ms = downtime_limit_ms
+        # vCPUs of the guest, and how many churn processes run (one per
+        # vCPU writes on every vCPU: the guest's scheduler spreads them)
+        self.smp = smp
+        self.churn_procs = churn_procs
         self.seed = seed if seed is not None else int(time.time()) & 0xffffff
 
 
@@ -634,9 +630,15 @@ def wait_guest(g, cmd, what, timeout=60):
         time.sleep(0.2)
 
 
+def _churn_out(i):
+    return "/tmp/churn.out" if i == 0 else f"/tmp/churn.{i}.out"
+
+
 def start_churn(g, sc):
-    """Memory churn in the guest until stop_churn()."""
-    g.run(f"hbwork churn {sc.churn_rate} 0 64 > /tmp/churn.out 2>&1 &")
+    """Memory churn in the guest until stop_churn(): sc.churn_procs
+    processes, each at sc.churn_rate MiB/s."""
+    for i in range(sc.churn_procs):
+        g.run(f"hbwork churn {sc.churn_rate} 0 64 > {_churn_out(i)} 2>&1 &")
 
 
 def start_ticker(g, sc):
@@ -647,18 +649,33 @@ def start_ticker(g, sc):
           "> /dev/null 2>&1 & echo $! > /tmp/ticker.pid")
 
 
-def stop_churn(g):
-    """Stop `hbwork churn` (started with output to /tmp/churn.out): SIGTERM,
-    then wait for the process to exit and its result line to be written.
-    Returns its result fields (None if it printed none) and its HBBADPAGE
-    lines."""
+def stop_churn(g, procs=1):
+    """Stop the `hbwork churn` processes (started by start_churn): SIGTERM,
+    then wait for them to exit and their result lines to be written.
+    Returns their combined result fields (None if one printed none: ok=1
+    only if every one was ok, bytes and bad pages summed) and their
+    HBBADPAGE lines."""
     g.run(f"for p in $({_HBWORK_PIDS.format(verb='churn')}); do "
           "kill -TERM $p; done", check=False)
     wait_guest(g, f"test -z \"$({_HBWORK_PIDS.format(verb='churn')})\"",
                "hbwork churn did not exit on SIGTERM")
-    _, out = g.run("cat /tmp/churn.out", check=False)
-    churn = next((parse_kv(x) for x in out if x.startswith("HBWORK")), None)
-    return churn, [x for x in out if x.startswith("HBBADPAGE")]
+    churn, bad = {}, []
+    for i in range(procs):
+        _, out = g.run(f"cat {_churn_out(i)}", check=False)
+        one = next((parse_kv(x) for x in out if x.startswith("HBWORK")),
+                   None)
+        bad += [x for x in out if x.startswith("HBBADPAGE")]
+        if one is None:
+            return None, bad
+        for k, v in one.items():
+            if k == "ok":
+                churn["ok"] = min(churn.get("ok", 1), v)
+            elif k in ("mib_written", "verified_bytes", "bad_pages"):
+                churn[k] = churn.get(k, 0) + v
+            else:
+                churn.setdefault(k, v)
+    churn["procs"] = procs
+    return churn, bad
 
 
 def stop_ticker(g):
@@ -686,7 +703,7 @@ def verify_guest(vm, sc, res):
         if v["ticker"]["bad"]:
             ok = False
     if sc.workload == "churn":
-        churn, bad = stop_churn(g)
+        churn, bad = stop_churn(g, sc.churn_procs)
         v["churn"] = churn
         if bad:
             v["churn_bad_pages"] = bad
@@ -797,6 +814,7 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
     res = {"config": {"src": src_bin, "dst": dst_bin, "balloon": balloon,
                       "hint": hint, "workload": sc.workload,
                       "mem_mib": sc.mem_mib, "seed": sc.seed,
+                      "smp": sc.smp, "churn_procs": sc.churn_procs,
                       "throttle_start_s": sc.throttle_start_s,
                       "downtime_limit_ms": sc.downtime_limit_ms,
                       "device_props": device_props,
@@ -805,7 +823,8 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
            "ok": False, "data_intact": None, "kernel_errors": [],
            "workdir": workdir}
     common = dict(mem_mib=sc.mem_mib, balloon=balloon, hint=hint,
-                  balloon_args=balloon_args, device_props=device_props)
+                  balloon_args=balloon_args, device_props=device_props,
+                  smp=sc.smp)
     src = VM(workdir, "src", src_bin, **common)
     dst = VM(workdir, "dst", dst_bin, incoming=f"unix:{mig_sock}",
              extra_args=tuple(dst_args), **common)
@@ -822,7 +841,8 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         bw = 1 << 20 if sc.throttle_start_s else bw_full
         if sc.postcopy_after_s:
             bw = POSTCOPY_PRECOPY_BW
-        cpu0 = src.cpu_seconds()
+        sampler = CpuSampler(src.machine.get_pid())
+        sampler.start()
         t_mig = time.time()
         start_migration(src, dst, bw, sc.downtime_limit_ms,
                         postcopy=bool(sc.postcopy_after_s))
@@ -842,9 +862,10 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                 res["postcopy"] = round(time.time() - t_mig, 2)
                 src.qmp("migrate-start-postcopy")
         info = wait_migration(src, timeout, tick)
-        cpu1 = src.cpu_seconds()
-        res["cpu_s"] = {k: round(cpu1.get(k, 0) - cpu0.get(k, 0), 3)
-                        for k in cpu1}
+        # how long the host waited for the final figures, from its side
+        res["host_wait_ms"] = round((time.time() - t_mig) * 1000)
+        # source QEMU threads' CPU time during the migration
+        res["cpu_s"] = sampler.finish()
         res["migration"] = info
         res["status"] = info.get("status")
         ram = info.get("ram", {})
@@ -896,28 +917,58 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
             subprocess.call(["rm", "-rf", workdir])
 
 
+def _thread_states(pid):
+    """The scheduler state letter of each thread of `pid` ('t': stopped by
+    a tracer)."""
+    states = []
+    for d in glob.glob(f"/proc/{pid}/task/*"):
+        try:
+            with open(f"{d}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            pass
+    return states
+
+
 class NonStopGdb:
     """gdb attached to a running QEMU in non-stop mode: a breakpoint stops
     only the thread that hits it, the other threads keep running.  `script`
     is read after the attach (breakpoints, python)."""
 
-    def __init__(self, pid, workdir, script=""):
+    def __init__(self, pid, workdir, script="", timeout=60):
+        self.pid = pid
         path = os.path.join(workdir, "gdb.cmds")
         with open(path, "w") as f:
             f.write("set pagination off\nset confirm off\n"
-                    f"set non-stop on\nattach {pid}\n{script}")
+                    f"set non-stop on\nattach {pid}\n{script}\n"
+                    "echo HB-GDB-ATTACHED\\n\n")
         self.log = os.path.join(workdir, "gdb.log")
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
                 ["gdb", "-q", "-nx", "-x", path], stdin=subprocess.PIPE,
                 stdout=out, stderr=subprocess.STDOUT)
+        self._await(lambda: "HB-GDB-ATTACHED" in self._log(), timeout,
+                    "gdb did not attach")
         # A non-stop attach stops every thread but reports them one by one,
-        # and `continue -a` resumes only those already reported: give the
-        # attach time, then resume twice to catch a late one.
-        time.sleep(6)
-        for _ in range(2):
-            self.send("continue -a &", "(gdb)")
-            time.sleep(1)
+        # and `continue -a` resumes only those already reported: resume
+        # until no thread of the QEMU is stopped by the tracer.
+        self._await(self._all_running, timeout,
+                    "QEMU's threads still stopped after the attach",
+                    lambda: self.send("continue -a &", "(gdb)"))
+
+    def _await(self, cond, timeout, what, each=None):
+        deadline = time.time() + timeout
+        while True:
+            if each:
+                each()
+            if cond():
+                return
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise GuestError(f"{what}: {self._log()[-2000:]}")
+            time.sleep(0.5)
+
+    def _all_running(self):
+        return "t" not in _thread_states(self.pid)
 
     def _log(self):
         with open(self.log, errors="replace") as f:
@@ -929,23 +980,21 @@ class NonStopGdb:
         n = self._log().count(expect)
         self.proc.stdin.write(cmds.encode() + b"\n")
         self.proc.stdin.flush()
-        deadline = time.time() + timeout
-        while self._log().count(expect) <= n:
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise GuestError(f"gdb: no {expect!r} after {cmds!r}: "
-                                 f"{self._log()[-2000:]}")
-            time.sleep(0.2)
+        self._await(lambda: self._log().count(expect) > n, timeout,
+                    f"gdb: no {expect!r} after {cmds!r}")
 
     def detach(self):
-        """Remove every breakpoint and let the QEMU go on without gdb."""
+        """Remove every breakpoint and let the QEMU go on without gdb: stop
+        every thread, wait until all are stopped, detach."""
         try:
             self.proc.stdin.write(b"delete\ninterrupt -a\n")
             self.proc.stdin.flush()
-            time.sleep(1)
+            self._await(lambda: set(_thread_states(self.pid)) <= {"t"}, 30,
+                        "QEMU's threads not all stopped for the detach")
             self.proc.stdin.write(b"detach\nquit\n")
             self.proc.stdin.flush()
             self.proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
+        except (OSError, GuestError, subprocess.TimeoutExpired):
             self.kill()
 
     def kill(self):

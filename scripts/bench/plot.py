@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0
-"""Plots for make bench, from build/bench/results.json (matplotlib).
+"""Plots of benchmark results (matplotlib).
 
   bench_bytes.png   bytes sent by configuration and workload (1 GiB guest)
   bench_time.png    total migration time by configuration and workload
@@ -9,19 +9,18 @@
 Bars are medians, error bars min-max.  A cell with a failed data check is
 drawn as an empty hatched bar labelled FAIL n/N (no value).  TCG timings.
 
-Usage: scripts/plot_bench.py [results.json [outdir]]
+Only cells with the default vCPU count are drawn.  A host-tuned run says so
+in every title.
 """
 
-import json
 import os
-import sys
 
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=C0413
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402  pylint: disable=C0413
+import report  # noqa: E402  pylint: disable=C0413
+import scenarios  # noqa: E402  pylint: disable=C0413
 
 COLORS = {"a": "#7f7f7f", "b": "#d62728", "c": "#ff7f0e", "d": "#2ca02c",
           "c+drop": "#ffbb78", "d+drop": "#98df8a",
@@ -29,9 +28,9 @@ COLORS = {"a": "#7f7f7f", "b": "#d62728", "c": "#ff7f0e", "d": "#2ca02c",
 
 
 def _bars(ax, summ, fig, scale, mem, ylabel, title):
-    wls = [w for w in bench.WORKLOAD_ORDER
+    wls = [w for w in scenarios.WORKLOAD_ORDER
            if any(k[0] == w and k[1] == mem for k in summ)]
-    cfgs = [c for c in bench.CONFIG_ORDER
+    cfgs = [c for c in scenarios.CONFIG_ORDER
             if any(k[2] == c and k[1] == mem for k in summ)]
     if not wls:
         return False
@@ -61,7 +60,7 @@ def _bars(ax, summ, fig, scale, mem, ylabel, title):
                    label=None)
     for cfg in cfgs:
         ax.bar(0, 0, 0, color=COLORS[cfg],
-               label=f"{cfg}: {bench.CONFIGS[cfg][4]}")
+               label=f"{cfg}: {scenarios.CONFIGS[cfg][4]}")
     ax.set_xticks(range(len(wls)))
     ax.set_xticklabels(wls)
     ax.set_ylabel(ylabel)
@@ -72,8 +71,12 @@ def _bars(ax, summ, fig, scale, mem, ylabel, title):
 
 
 def plot(results, outdir):
-    summ = bench.summarize(results["runs"])
+    # (workload, mem, config) of the default vCPU count
+    summ = {k[:3]: s for k, s in report.summarize(results["runs"]).items()
+            if k[3] == scenarios.SMP}
     mode = results.get("meta", {}).get("mode", "")
+    t = results.get("meta", {}).get("host_tuned")
+    tuned = f" — host-tuned ({t})" if t else ""
     made = []
     for name, fig, scale, ylabel, what in (
             ("bench_bytes.png", "transferred_mb", 1, "MB sent", "bytes sent"),
@@ -82,7 +85,7 @@ def plot(results, outdir):
         f, ax = plt.subplots(figsize=(9, 4.5))
         if _bars(ax, summ, fig, scale, 1024, ylabel,
                  f"{what}, 1 GiB guest, median (min–max) — TCG timings "
-                 f"[{mode} run]"):
+                 f"[{mode} run]{tuned}"):
             f.tight_layout()
             path = os.path.join(outdir, name)
             f.savefig(path, dpi=110)
@@ -92,7 +95,7 @@ def plot(results, outdir):
     f, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
     any_line = False
     for ax, wl in zip(axes, ("fresh", "stale")):
-        for cfg in bench.CONFIG_ORDER:
+        for cfg in scenarios.CONFIG_ORDER:
             pts = sorted((k[1], s) for k, s in summ.items()
                          if k[0] == wl and k[2] == cfg)
             if not pts:
@@ -114,7 +117,8 @@ def plot(results, outdir):
             if fx:
                 ax.plot(fx, [0] * len(fx), "x", color=COLORS[cfg],
                         markersize=9, label=f"{cfg} FAIL")
-        ax.set_title(f"{wl}: bytes sent vs guest size — TCG", fontsize=10)
+        ax.set_title(f"{wl}: bytes sent vs guest size — TCG{tuned}",
+                     fontsize=10)
         ax.set_xlabel("guest RAM (GiB)")
         ax.set_ylabel("MB sent")
         ax.grid(alpha=0.3)
@@ -127,16 +131,3 @@ def plot(results, outdir):
         made.append(path)
     plt.close(f)
     return made
-
-
-def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else bench.RESULTS
-    out = sys.argv[2] if len(sys.argv) > 2 else os.path.dirname(src)
-    with open(src) as f:
-        results = json.load(f)
-    for p in plot(results, out):
-        print(p)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,35 +1,25 @@
-#!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0
-"""Reproduce, on demand, the race fixed in patch 4 (data-safety.md §8).
+"""Fixture: make the race between a hint batch and the end of its round
+certain.
 
 A batch of free page hints sets S_STOP when it pops the guest's stop, then
 clears the ranges it collected, under bitmap_mutex.  If the bitmap sync
-that ends the round can run before those clears, it collects the guest's
-writes to reported pages and the late clears drop them.  In a normal run
-that needs the migration thread to win bitmap_mutex against the waiting
-balloon iothread (1 in ~150 migrations).  This script makes it certain:
-gdb, in non-stop mode, holds the iothread for HOLD seconds at the entry of
-every qemu_guest_free_page_hint_batch() (other threads keep running) while
-a guest allocates and writes 64 MiB/s.  A QEMU whose round stop waits for
-the batch loses nothing; one that does not loses the writes.
-
-  scripts/repro_stop_race.py QEMU [HOLD_S] [RUNS]
-
-Prints one line per run, then "lost pages: N; runs failed: F of R"; exit 1
-if a run lost data, printed a kernel error or did not complete.  Measured
-(HOLD 0.06-0.12 s): series key 9da4c3b3b2da2966 (before the fix) failed 6
-of 11 runs (548-766 pages lost each, one run with destination kernel
-errors); 2ef5a4104a6d501c (fixed) 0 of 9.
+that ends the round could run before those clears, it would collect the
+guest's writes to hinted pages and the late clears would drop them.  In a
+normal run that needs the migration thread to win bitmap_mutex against the
+waiting balloon iothread (rare).  Here gdb, in non-stop mode, holds the
+iothread for `hold` seconds at the entry of every
+qemu_guest_free_page_hint_batch() (the other threads keep running) while
+the guest allocates and writes 64 MiB/s.  A QEMU whose round stop waits for
+the batch loses nothing; one that does not loses the writes
+(Documentation/data-safety.md).
 """
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
-TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(TOP, "tests"))
-from hb import harness  # noqa: E402
+from . import harness
 
 HOLD_SCRIPT = '''python
 import gdb, time
@@ -43,6 +33,8 @@ end
 
 
 def one_run(qemu, hold, wd):
+    """One migration under the held batches.  Returns (bad pages or None,
+    description, ok)."""
     mig = os.path.join(wd, "mig.sock")
     src = harness.VM(wd, "src", qemu, 512, "ours", True)
     dst = harness.VM(wd, "dst", qemu, 512, "ours", True,
@@ -56,7 +48,7 @@ def one_run(qemu, hold, wd):
         gdb = harness.NonStopGdb(src.machine.get_pid(), wd,
                                  HOLD_SCRIPT % {"hold": hold})
         g.run("hbwork churn 64 0 64 > /tmp/churn.out 2>&1 &")
-        time.sleep(0.3)
+        time.sleep(0.3)         # the churn runs before the migration starts
         dst.launch()
         harness.start_migration(src, dst, 10 << 30, 300)
         info = harness.wait_migration(src, 300)
@@ -66,14 +58,17 @@ def one_run(qemu, hold, wd):
             return None, f"migration {info.get('status')}", False
         dst.guest.connect()
         res = harness.stop_churn(dst.guest)[0] or {}
-        errs = dst.kernel_errors()
-        ok = res.get("ok") == 1 and res.get("bad_pages") == 0 and not errs
+        errs = (dst.kernel_errors() + src.kernel_errors() +
+                src.qemu_errors() + dst.qemu_errors())
+        hinted = counters.get("cleared-pages", 0) > 0
+        ok = (res.get("ok") == 1 and res.get("bad_pages") == 0
+              and not errs and hinted)
         return res.get("bad_pages"), (
             f"{info['ram']['transferred'] // 10**6} MB, "
             f"batches={counters.get('batches')} "
             f"cleared={counters.get('cleared-pages')} "
             f"churn ok={res.get('ok')} written={res.get('mib_written')} MiB"
-            f"{' KERNEL ERRORS' if errs else ''}"), ok
+            f"{' ERRORS: ' + str(errs[:3]) if errs else ''}"), ok
     finally:
         src.kill()
         dst.kill()
@@ -81,24 +76,19 @@ def one_run(qemu, hold, wd):
             gdb.kill()
 
 
-def main():
-    qemu = sys.argv[1]
-    hold = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
-    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+def run(qemu, hold, runs):
+    """`runs` migrations; returns (pages lost, runs failed, report lines)."""
     lost = failed = 0
+    lines = []
     for i in range(runs):
         wd = tempfile.mkdtemp(prefix="hb-race-",
                               dir=os.path.join(harness.BUILD, "tmp"))
         bad, what, ok = one_run(qemu, hold, wd)
-        print(f"run {i + 1}: {'ok' if ok else 'FAILED'}: bad pages {bad}: "
-              f"{what} ({wd})", flush=True)
+        lines.append(f"run {i + 1}: {'ok' if ok else 'FAILED'}: bad pages "
+                     f"{bad}: {what} ({wd})")
+        print("    " + lines[-1], flush=True)
         lost += bad or 0
         failed += not ok
         if ok:
             subprocess.call(["rm", "-rf", wd])
-    print(f"lost pages: {lost}; runs failed: {failed} of {runs}")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return lost, failed, lines

@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""make bench: what free page hinting saves a live migration, and what it
+costs.
+
+  scripts/bench [--quick] [--repeats N] [--cells SPEC] [--only-report] ...
+
+The matrix is scenarios.py's; each run goes through engine.py (one
+harness.migrate_once() under a watchdog); report.py turns the runs into
+statistics and Markdown tables, plot.py into plots.  Output in build/bench/:
+  results.json  every run, raw (incl. query-migrate, counters)
+  table.md      Markdown tables (ratios to configuration b)
+  *.png         plots
+All timings are TCG timings.  Runs with --host-thp or --host-warm-memory
+are recorded as host-tuned and labelled so in the tables and plots.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(TOP, "tests"))
+sys.path.insert(0, HERE)
+from hb import harness  # noqa: E402  pylint: disable=C0413
+
+import engine  # noqa: E402  pylint: disable=C0413
+import host  # noqa: E402  pylint: disable=C0413
+import report  # noqa: E402  pylint: disable=C0413
+import scenarios  # noqa: E402  pylint: disable=C0413
+
+OUT = os.path.join(TOP, "build", "bench")
+RESULTS = os.path.join(OUT, "results.json")
+TABLE = os.path.join(OUT, "table.md")
+log = host.log
+
+
+def estimate(cell, history):
+    """Seconds one run of cell takes: observed mean of the same
+    (workload, size), else a size-based prior."""
+    wl, mem = cell.workload, cell.mem_mib
+    same = [h for (w, m, h) in history if w == wl and m == mem]
+    if same:
+        return statistics.mean(same)
+    size = [h * 1024 / m for (w, m, h) in history if m]
+    base = statistics.mean(size) if size else 30.0
+    return base * (0.6 + 0.4 * mem / 1024)
+
+
+def write_outputs(results):
+    harness.save_json(RESULTS, results)
+    with open(TABLE, "w") as f:
+        f.write(report.make_table(results))
+    try:
+        import plot  # pylint: disable=import-outside-toplevel
+        return plot.plot(results, OUT)
+    except Exception as exc:  # pylint: disable=broad-except
+        log(f"plots failed: {exc!r}")
+        return []
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="1 GiB, configs a b d, fresh+stale(+bw), 1 repeat")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--cells", default=None,
+                    help="CFGS:WORKLOADS:MEMS[:SMPS], e.g. "
+                    "'b,d:stale:1024,2048' or 'a,b,d:churn-all:4096:2'")
+    ap.add_argument("--budget-min", type=float, default=None,
+                    help="stop starting runs after this many minutes")
+    ap.add_argument("--only-report", action="store_true",
+                    help="redo table and plots from results.json")
+    ap.add_argument("--append", action="store_true",
+                    help="add to the existing results.json")
+    ap.add_argument("--dst-prealloc", action="store_true",
+                    help="start every destination with -mem-prealloc, so "
+                    "the load writes into RAM that is already there")
+    ap.add_argument("--host-thp", choices=("always", "madvise", "never"),
+                    help="set the host's transparent huge page mode for "
+                    "the run (both QEMUs, every config); restored after; "
+                    "the results are labelled host-tuned")
+    ap.add_argument("--host-warm-memory", action="store_true",
+                    help="on a host whose kernel reports its free memory to "
+                    "an outer host and has page_reporting knobs to hold it "
+                    "back (not Debian 12's), hold freed memory back for the "
+                    "run; fails where the knobs are missing; restored "
+                    "after; the results are labelled host-tuned")
+    ap.add_argument("--downtime-limit", type=int, metavar="MS",
+                    default=harness.DOWNTIME_LIMIT_MS,
+                    help="migration downtime-limit for every run "
+                    f"(default {harness.DOWNTIME_LIMIT_MS}, QEMU's own)")
+    a = ap.parse_args()
+    if not 1 <= a.downtime_limit <= 2000000:
+        ap.error("--downtime-limit must be 1..2000000 ms (QEMU takes up "
+                 "to 2000 s)")
+    os.makedirs(OUT, exist_ok=True)
+    os.makedirs(os.path.join(TOP, "build", "tmp"), exist_ok=True)
+
+    if a.only_report:
+        with open(RESULTS) as f:
+            results = json.load(f)
+        pngs = write_outputs(results)
+        print(report.make_table(results))
+        log(f"wrote {TABLE} {' '.join(pngs)}")
+        return 0
+
+    if a.cells:
+        try:
+            cells, mode = scenarios.parse_cells(a.cells), "custom"
+        except ValueError as exc:
+            ap.error(str(exc))
+    elif a.quick:
+        cells, mode = scenarios.quick_matrix(), "quick"
+    else:
+        cells, mode = scenarios.full_matrix(), "full"
+    repeats = a.repeats or (1 if a.quick else 3)
+    tuned = []
+    if a.host_thp:
+        host.keep_thp(a.host_thp)
+        tuned.append(f"host THP {a.host_thp}")
+    if a.host_warm_memory:
+        host.hold_freed_memory(host.HOLD_WARM_MIB)
+        tuned.append("--host-warm-memory: page_reporting " + " ".join(
+            f"{k}={v}" for k, v in host.REPORTING_HOLD))
+    dst_args = harness.PREALLOC_DST if a.dst_prealloc else ()
+    our_bin = host.snapshot_our_qemu(os.path.join(OUT, "qemu"))
+    meta = host.machine_info(our_bin)
+    if not meta["our_qemu_patched"]:
+        log("WARNING: build/qemu/qemu-system-x86_64 has no "
+            "free-page-hint-wait-ms property: not the patched QEMU")
+    meta.update(mode=mode, repeats=repeats,
+                started=time.strftime("%Y-%m-%d %H:%M:%S"),
+                command=" ".join([sys.executable] + sys.argv),
+                cells=[list(c) for c in cells], dst_args=list(dst_args),
+                downtime_limit_ms=a.downtime_limit,
+                host_tuned="; ".join(tuned) or None,
+                configs={k: v[4] for k, v in scenarios.CONFIGS.items()})
+    results = {"meta": meta, "runs": []}
+    if a.append and os.path.exists(RESULTS):
+        with open(RESULTS) as f:
+            old = json.load(f)
+        results["runs"] = old.get("runs", [])
+        meta["previous"] = old.get("meta")
+    # Round-robin over repeats: every cell gets its first run before any
+    # gets its second, so noise from other load on the machine spreads over
+    # all cells, and a budget cut leaves a complete (shorter) matrix.
+    plan = [(c, r) for r in range(repeats) for c in cells]
+    log(f"{mode} matrix: {len(cells)} cells x {repeats} = {len(plan)} runs; "
+        f"our QEMU {meta['our_qemu']} (patched={meta['our_qemu_patched']}); "
+        "TCG timings" + (f"; HOST-TUNED: {meta['host_tuned']}"
+                         if tuned else ""))
+    history = []
+    t_start = time.time()
+    seed0 = int(time.time()) & 0xfffff
+    for i, (cell, rep) in enumerate(plan):
+        left = plan[i:]
+        eta = sum(estimate(c, history) for c, _ in left)
+        if a.budget_min and time.time() - t_start > a.budget_min * 60:
+            log(f"budget of {a.budget_min} min used up: {len(left)} runs "
+                "skipped")
+            meta["skipped_runs"] = [[*c, r] for c, r in left]
+            break
+        log(f"run {i + 1}/{len(plan)}: config {cell.config} workload "
+            f"{cell.workload} {report._size(cell.mem_mib, cell.smp)} "
+            f"repeat {rep + 1}/{repeats} — {len(left) - 1} left after this, "
+            f"ETA {eta / 60:.1f} min "
+            f"(~{time.strftime('%H:%M', time.localtime(time.time() + eta))})")
+        reported0 = host.reported_kib()
+        res = engine.run_one(cell, rep, our_bin, seed0 + i, dst_args,
+                             a.downtime_limit)
+        if reported0 is not None:
+            # Memory this host handed its own host during the run: what a
+            # later first touch pays the outer host's fault for.
+            res["host_reported_mib"] = (host.reported_kib() - reported0) >> 10
+        if tuned:
+            res["host_tuned"] = meta["host_tuned"]
+        history.append((cell.workload, cell.mem_mib, res["wall_s"]))
+        results["runs"].append(res)
+        fg = report.figures(res)
+        log(f"  -> {'ok' if res.get('ok') else 'FAIL'} "
+            f"{res.get('status')} sent {fg.get('transferred_mb')} MB in "
+            f"{fg.get('total_ms')} ms, downtime {fg.get('downtime_ms')} ms"
+            + (f", hinted {fg['hinted_mb']} MB" if "hinted_mb" in fg else "")
+            + (f", guest round {fg['round_ms_per_gib']} ms/GiB, "
+               f"{fg.get('round_vcpu_pct')} % of a vCPU"
+               if "round_ms_per_gib" in fg else "")
+            + f" (wall {res['wall_s']} s)"
+            + ("" if res.get("ok") else f"; {str(res.get('error'))[:160]}"
+               f" {res.get('kernel_errors', [])[:1]}"))
+        meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        meta["elapsed_min"] = round((time.time() - t_start) / 60, 1)
+        harness.save_json(RESULTS, results)
+    pngs = write_outputs(results)
+    print(report.make_table(results))
+    for line in report.headline(results):
+        log(line)
+    log(f"wrote {RESULTS}, {TABLE}, {' '.join(pngs)} in "
+        f"{(time.time() - t_start) / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The machine a benchmark runs on: what it is (machine_info), the QEMU
+binary under test (snapshot_our_qemu), and optional host tuning
+(--host-thp, --host-warm-memory) that is undone when the run ends.  Runs
+with host tuning are recorded as "host_tuned" and labelled so by the
+report."""
+import atexit
+import glob
+import mmap
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import time
+
+from hb import harness
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                              timeout=30).stdout.rstrip()
+    except Exception:  # pylint: disable=broad-except
+        return ""
+
+
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def host_thp():
+    """The host's transparent huge page mode (the bracketed word)."""
+    try:
+        with open(THP_ENABLED) as f:
+            return f.read().split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        return None
+
+
+def set_host_thp(mode):
+    with open(THP_ENABLED, "w") as f:
+        f.write(mode)
+    if host_thp() != mode:
+        raise SystemExit(f"could not set {THP_ENABLED} to {mode}")
+
+
+def until_exit(what, restore):
+    """Run restore() when this process ends, however it ends."""
+    def once():
+        if restore():
+            log(f"{what}: restored")
+    atexit.register(once)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        prev = signal.getsignal(sig)
+
+        def on_signal(signum, frame, prev=prev):
+            once()
+            if callable(prev):
+                prev(signum, frame)
+            raise SystemExit(128 + signum)
+        signal.signal(sig, on_signal)
+
+
+def keep_thp(mode):
+    """Set the host's THP mode until this process ends."""
+    before = host_thp()
+    set_host_thp(mode)
+    log(f"host transparent huge pages: {mode} for this run (was {before})")
+
+    def restore():
+        if host_thp() == before:
+            return False
+        set_host_thp(before)
+        return True
+    until_exit(f"host transparent huge pages {before}", restore)
+
+
+# A host that is itself a guest may hand the memory it frees back to its
+# own host (virtio-balloon free page reporting, mm/page_reporting.c); this
+# machine's kernel does, every 2 MiB block within seconds of its freeing.
+# Its next first touch then faults in the outer host too: ~10 us per 4 KiB
+# instead of ~0.5 us (fault_probe()), which makes a destination's load, not
+# the stream, the pace of a 1 GiB migration.  This kernel has two knobs
+# mainline lacks that hold freed memory back from reporting.  Measured
+# here: with both set, 2 GiB freed stayed unreported for 40 s, but of 4 and
+# 9 GiB freed all except ~2.2 GiB was reported within 20 s whatever
+# max_waiting_mib said.  So --host-warm-memory makes the host behave like
+# one that keeps its memory for guests up to ~1 GiB (source and destination
+# together fit); larger guests' destinations still fault partly cold, and
+# every run records how much was reported meanwhile (host_reported_mib).
+# The option touches 4 GiB once before the first run: after touching 2 GiB
+# the first 1 GiB migration of a bench still loaded partly cold (404 and
+# 437 ms, against 77-87 ms for the next).
+REPORTING = "/sys/module/page_reporting/parameters"
+REPORTING_HOLD = (("min_free_ms", "300000"), ("max_waiting_mib", "16384"))
+HOLD_WARM_MIB = 4096
+
+
+def host_reporting():
+    """The page_reporting knobs this host has, name -> value."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(REPORTING, "*"))):
+        try:
+            with open(path) as f:
+                out[os.path.basename(path)] = f.read().strip()
+        except OSError:
+            pass
+    return out
+
+
+def reported_kib():
+    """KiB this host has reported to its own host since boot, or None."""
+    try:
+        with open(os.path.join(REPORTING, "reported_kib")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def hold_freed_memory(warm_mib):
+    """Hold freed memory back from the outer host until this process ends,
+    then touch warm_mib of it once so the first run finds it warm."""
+    before = host_reporting()
+    missing = [k for k, _ in REPORTING_HOLD if k not in before]
+    if missing:
+        raise SystemExit(
+            f"--host-warm-memory: {REPORTING} has no {', '.join(missing)}: "
+            "this kernel either reports no free memory to an outer host or "
+            "cannot be told to hold it back")
+
+    def write(values):
+        for k, v in values:
+            with open(os.path.join(REPORTING, k), "w") as f:
+                f.write(v)
+
+    def restore():
+        now = host_reporting()
+        if all(now[k] == before[k] for k, _ in REPORTING_HOLD):
+            return False
+        write((k, before[k]) for k, _ in REPORTING_HOLD)
+        return True
+    until_exit("page_reporting " + " ".join(
+        f"{k}={before[k]}" for k, _ in REPORTING_HOLD), restore)
+    try:
+        write(REPORTING_HOLD)
+    except OSError as e:
+        raise SystemExit(f"--host-warm-memory: {REPORTING}: {e}") from e
+    log("page_reporting: " + " ".join(f"{k}={v}" for k, v in REPORTING_HOLD)
+        + f" for this run; warming {warm_mib} MiB")
+    touch_fresh(warm_mib)
+
+
+def touch_fresh(mib, advice=None):
+    """Map mib MiB of fresh anonymous memory, write each 4 KiB page once,
+    unmap it; the seconds the writes took."""
+    size = mib << 20
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        if advice is not None:
+            m.madvise(advice)
+        t = time.perf_counter()
+        for off in range(0, size, 4096):
+            m[off] = 1
+        return time.perf_counter() - t
+    finally:
+        m.close()
+
+
+def fault_probe(mib=128):
+    """ns per 4 KiB page to fault in fresh anonymous memory: advised huge
+    twice (the first touch takes memory the host has not used recently,
+    the second reuses what the first freed) and advised small.  On a
+    machine that is itself a VM, the first figure includes the outer
+    host's faults; the destination QEMU pays it for every huge page it
+    loads into."""
+    return {key: round(touch_fresh(mib, adv) / (mib << 8) * 1e9)
+            for key, adv in (("huge_cold", mmap.MADV_HUGEPAGE),
+                             ("huge_warm", mmap.MADV_HUGEPAGE),
+                             ("small", mmap.MADV_NOHUGEPAGE))}
+
+
+def machine_info(our_bin):
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "nproc": sh("nproc"),
+        "free_g": sh("free -g"),
+        "cpu_model": cpu,
+        "kernel": platform.release(),
+        "host": sh("uname -a"),
+        "stock_qemu": sh(f"{harness.STOCK_QEMU} --version | head -1"),
+        "our_qemu": sh(f"{our_bin} --version | head -1"),
+        "our_qemu_key": sh(f"cat {os.path.dirname(harness.OUR_QEMU)}/.key"),
+        "our_qemu_patched": "free-page-hint-wait-ms" in sh(
+            f"{our_bin} -device virtio-balloon-pci,help 2>&1"),
+        "guest_kernel": harness.guest_kernel(),
+        "host_thp": host_thp(),
+        "host_reporting": host_reporting(),
+        "fault_ns_per_4k": fault_probe(),
+        "git": sh(f"git -C {TOP} rev-parse --short HEAD"),
+        "git_dirty": bool(sh(f"git -C {TOP} status --porcelain guest "
+                             "host-qemu-patch tests")),
+    }
+
+
+def snapshot_our_qemu(copy_dir):
+    """Copy build/qemu/qemu-system-x86_64 into copy_dir so that a rebuild
+    during the run does not change the binary under test (the name stays
+    qemu-system-x86_64: the main thread's name is the CPU-time key)."""
+    if not os.access(harness.OUR_QEMU, os.X_OK):
+        raise SystemExit(f"{harness.OUR_QEMU} missing; run make qemu")
+    os.makedirs(copy_dir, exist_ok=True)
+    dst = os.path.join(copy_dir, "qemu-system-x86_64")
+    shutil.copy2(harness.OUR_QEMU, dst + ".tmp")
+    os.replace(dst + ".tmp", dst)
+    subprocess.run([dst, "--version"], check=True, capture_output=True,
+                   timeout=30)
+    return dst

@@ -1,0 +1,352 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Statistics and Markdown tables of benchmark results: per-run figures,
+per-cell median (min-max), ratios to configuration (b), failures.  Runs
+taken on a tuned host (meta "host_tuned") are labelled so in every
+heading."""
+import statistics
+
+from hb import harness
+
+from engine import BW_SLICE_S
+from scenarios import CONFIG_ORDER, REF, SMP, WORKLOAD_ORDER
+
+
+def _num(x):
+    return x if isinstance(x, (int, float)) else None
+
+
+def figures(run):
+    """Derived per-run figures (None where not applicable)."""
+    f = {}
+    ram = (run.get("migration") or {}).get("ram", {})
+    f["transferred_mb"] = _num(run.get("transferred_mb"))
+    f["total_ms"] = _num(run.get("total_ms"))
+    f["downtime_ms"] = _num(run.get("downtime_ms"))
+    f["normal_pages"] = _num(ram.get("normal"))
+    f["zero_pages"] = _num(ram.get("duplicate"))
+    f["dirty_syncs"] = _num(ram.get("dirty-sync-count"))
+    cpu = dict(run.get("cpu_s") or {})
+    sampled = run.get("cpu_s_sampled") or {}
+    for k, v in sampled.items():   # threads gone by the harness' reading
+        if k not in cpu:
+            cpu[k] = v
+
+    def cpu_sum(pred):
+        vals = [v for k, v in cpu.items() if pred(k)]
+        return round(sum(vals), 3) if vals else None
+    if cpu:
+        f["cpu_main_s"] = cpu_sum(lambda k: k.startswith("qemu-system"))
+        f["cpu_mig_s"] = cpu_sum(lambda k: k == "live_migration") or 0.0
+        f["cpu_io_s"] = cpu_sum(lambda k: k == "IO hbio") or 0.0
+        f["cpu_vcpu_s"] = cpu_sum(lambda k: "/TCG" in k)
+    gh, ghb = run.get("guest_hint"), run.get("guest_hint_before") or {}
+    if gh:
+        if _num(gh.get("last_round_ns")) is not None:
+            f["hint_round_ms"] = round(gh["last_round_ns"] / 1e6, 2)
+        if _num(gh.get("bytes_hinted")) is not None:
+            f["hinted_mb"] = round((gh["bytes_hinted"] -
+                                    (ghb.get("bytes_hinted") or 0)) / 1e6, 1)
+        if _num(gh.get("rounds")) is not None:
+            f["hint_rounds"] = gh["rounds"] - (ghb.get("rounds") or 0)
+    rounds = hint_rounds_polled(run)
+    if rounds:
+        f["first_round_ms"] = round(rounds[0] / 1e6, 2)
+        f["max_round_ms"] = round(max(rounds) / 1e6, 2)
+        # The guest's cost: its first round per GiB of guest RAM, and the
+        # share of one vCPU its rounds took over the migration (a round
+        # runs on one vCPU from start to end).
+        gib = (run.get("cell") or {}).get("mem_mib", 0) / 1024
+        if gib:
+            f["round_ms_per_gib"] = round(f["first_round_ms"] / gib, 2)
+        if f["total_ms"]:
+            f["round_vcpu_pct"] = round(
+                100 * sum(rounds) / 1e6 / f["total_ms"], 1)
+    dev = run.get("device_src")
+    if isinstance(dev, dict) and "clear-ns" in dev:
+        pages = (dev.get("hinted-bytes") or 0) / 4096
+        f["host_ns_per_page"] = (round(dev["clear-ns"] / pages, 1)
+                                 if pages else None)
+        f["cleared_mb"] = round((dev.get("cleared-pages") or 0) * 4096 / 1e6,
+                                1)
+        f["presend_wait_ms"] = dev.get("presend-wait-ms")
+        f["presend_timeouts"] = dev.get("presend-timeouts")
+    idle = [x for x in run.get("bw_idle") or [] if _num(x)]
+    if idle:
+        f["bw_idle_mib_s"] = round(statistics.mean(idle), 1)
+        during = bw_during(run)
+        if during:
+            f["bw_during_mib_s"] = round(statistics.mean(during), 1)
+            f["bw_worst_mib_s"] = round(min(during), 1)
+            f["bw_slowdown_pct"] = round(
+                100 * (1 - min(during) / f["bw_idle_mib_s"]), 1)
+    return f
+
+
+def hint_rounds_polled(run):
+    """Durations (ns) of the hint rounds completed during the migration,
+    from the in-guest poll of rounds/last_round_ns."""
+    last_ns = (run.get("guest_hint_before") or {}).get("last_round_ns")
+    out = []
+    for line in run.get("hint_poll") or []:
+        p = line.split()
+        if len(p) < 4 or p[0] != "R":
+            continue
+        try:
+            ns = int(p[3])
+        except ValueError:
+            continue
+        if ns and ns != last_ns:
+            out.append(ns)
+            last_ns = ns
+    gh = run.get("guest_hint") or {}
+    if gh.get("last_round_ns") and gh["last_round_ns"] != last_ns:
+        out.append(gh["last_round_ns"])
+    return out
+
+
+def bw_during(run):
+    """MiB/s of the bandwidth slices that overlap the migration."""
+    u0 = run.get("guest_uptime_at_migrate")
+    tot = run.get("total_ms")
+    if u0 is None or tot is None:
+        return []
+    end = u0 + tot / 1000 + 0.5
+    vals = []
+    for line in run.get("bw_slices") or []:
+        parts = line.split()
+        if len(parts) < 2 or parts[0] != "T":
+            continue
+        try:
+            t = float(parts[1])
+        except ValueError:
+            continue
+        kv = harness.parse_kv(" ".join(parts[2:]))
+        if _num(kv.get("mib_s")) is None:
+            continue
+        if t < end and t + BW_SLICE_S > u0:
+            vals.append(kv["mib_s"])
+    return vals
+
+
+# figure key, column title, unit, in ratio table
+FIGS = [
+    ("transferred_mb", "bytes sent", "MB", True),
+    ("total_ms", "total time", "ms", True),
+    ("downtime_ms", "downtime", "ms", True),
+    ("normal_pages", "normal pages", "", True),
+    ("zero_pages", "zero pages", "", True),
+    ("dirty_syncs", "dirty syncs", "", True),
+    ("cpu_main_s", "CPU main", "s", True),
+    ("cpu_mig_s", "CPU migration", "s", True),
+    ("cpu_io_s", "CPU iothread", "s", True),
+    ("first_round_ms", "first hint round", "ms", False),
+    ("round_ms_per_gib", "guest round per GiB", "ms", False),
+    ("round_vcpu_pct", "guest rounds, share of a vCPU", "%", False),
+    ("hint_round_ms", "last hint round", "ms", False),
+    ("hinted_mb", "hinted", "MB", False),
+    ("host_ns_per_page", "host ns/4K page", "ns", False),
+    ("presend_wait_ms", "host pre-send wait", "ms", False),
+    ("bw_idle_mib_s", "bw idle", "MiB/s", False),
+    ("bw_worst_mib_s", "bw worst during", "MiB/s", False),
+    ("bw_slowdown_pct", "bw slowdown", "%", False),
+]
+
+
+def cell_key(run):
+    """(workload, guest MiB, configuration, vCPUs)."""
+    c = run["cell"]
+    return (c["workload"], c["mem_mib"], c["config"], c.get("smp", SMP))
+
+
+def summarize(runs):
+    """{(wl, mem, cfg, smp): {n, fails, errors, ok{fig: (med, min, max)},
+    completed{...}}}"""
+    cells = {}
+    for r in runs:
+        cells.setdefault(cell_key(r), []).append(r)
+    out = {}
+    for key, rs in cells.items():
+        s = {"n": len(rs), "fails": sum(1 for r in rs if not r.get("ok")),
+             "errors": sorted({(r.get("error") or
+                                ("kernel errors" if r.get("kernel_errors")
+                                 else "data check failed"))[:80]
+                               for r in rs if not r.get("ok")})}
+        for label, sel in (("ok", [r for r in rs if r.get("ok")]),
+                           ("completed", [r for r in rs
+                                          if r.get("status") == "completed"])):
+            st = {}
+            for fig, *_ in FIGS + [("hint_rounds", "", "", False),
+                                   ("cpu_vcpu_s", "", "", False),
+                                   ("cleared_mb", "", "", False)]:
+                vals = [v for v in (figures(r).get(fig) for r in sel)
+                        if v is not None]
+                if vals:
+                    st[fig] = (statistics.median(vals), min(vals), max(vals))
+            s[label] = st
+        out[key] = s
+    return out
+
+
+def _fmt(x):
+    if x is None:
+        return "–"
+    ax = abs(x)
+    if ax >= 1000:
+        return f"{x:,.0f}"
+    if ax >= 100:
+        return f"{x:.0f}"
+    if ax >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _size(mem, smp=SMP):
+    return f"{mem // 1024} GiB" + ("" if smp == SMP else f", {smp} vCPU")
+
+
+def sorted_keys(summ):
+    return sorted(summ, key=lambda k: (WORKLOAD_ORDER.index(k[0]), k[1],
+                                       k[3], CONFIG_ORDER.index(k[2])))
+
+
+def tuned_label(meta):
+    """' — host-tuned (...)' for runs on a tuned host, else ''."""
+    t = meta.get("host_tuned")
+    return f" — **host-tuned ({t})**" if t else ""
+
+
+def make_table(results):
+    runs = results["runs"]
+    summ = summarize(runs)
+    meta = results.get("meta", {})
+    lines = []
+    tuned = tuned_label(meta)
+    lines.append(f"Matrix: {meta.get('mode', '?')} run, {len(runs)} runs, "
+                 f"{meta.get('repeats', '?')} repeat(s) per cell, "
+                 f"started {meta.get('started', '?')}; **TCG timings**{tuned}.")
+    lines.append("")
+    lines.append(f"### Ratios to configuration (b) — TCG timings{tuned}")
+    lines.append("")
+    lines.append("Each figure is the cell's median divided by the median of "
+                 "configuration (b) (stock QEMU + in-tree driver with "
+                 "free-page-hint=on) for the same workload and size; in "
+                 "brackets the cell's min–max over the same denominator.  "
+                 "Lower is better for every column.  A cell with a failed "
+                 "data check shows **FAIL n/N** instead of numbers.  Because "
+                 "stock hinting corrupts guests, (b)'s reference medians are "
+                 "taken over all of its *completed* migrations, including "
+                 "those whose data check failed (the raw numbers are in "
+                 "results.json only).")
+    lines.append("")
+    rfigs = [x for x in FIGS if x[3]]
+    lines.append("| workload | size | config | " +
+                 " | ".join(f"{t}" for _, t, _, _ in rfigs) + " |")
+    lines.append("|---|---|---|" + "---|" * len(rfigs))
+    for key in sorted_keys(summ):
+        wl, mem, cfg, smp = key
+        s = summ[key]
+        ref = summ.get((wl, mem, REF, smp), {}).get("completed", {})
+        row = [wl, _size(mem, smp), cfg]
+        if s["fails"]:
+            row += [f"**FAIL {s['fails']}/{s['n']}**"] + [""] * (len(rfigs) - 1)
+        else:
+            for fig, *_ in rfigs:
+                v = s["ok"].get(fig)
+                r = ref.get(fig)
+                if v is None or r is None or not r[0]:
+                    row.append("–")
+                else:
+                    row.append(f"{v[0] / r[0]:.2f}" +
+                               ("" if v[1] == v[2] else
+                                f" ({v[1] / r[0]:.2f}–{v[2] / r[0]:.2f})"))
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append(f"### Absolute values, median (min–max) — TCG timings{tuned}")
+    lines.append("")
+    lines.append("First hint round = the first round completed during "
+                 "the migration (in-guest poll of `rounds`/`last_round_ns` "
+                 "every 200 ms); last hint round = `last_round_ns` after "
+                 "it; guest round per GiB = the first round / guest GiB; "
+                 "share of a vCPU = the rounds' durations during the "
+                 "migration / its total time; host pre-send wait = our QEMU's `presend-wait-ms` "
+                 "(how long RAM sending waited for the guest's first "
+                 "round, at most 2000 ms); hinted = "
+                 "`bytes_hinted` during the migration (our driver only); "
+                 "host ns/4K page = device `clear-ns` / (`hinted-bytes` / "
+                 "4096) (our QEMU only); bw = `hbwork bandwidth 16 1` slices "
+                 "in the guest: idle before the migration, worst slice "
+                 "overlapping the migration, slowdown = 1 - worst/idle "
+                 "(stale+bw cells only).  CPU = source QEMU threads during "
+                 "the migration.")
+    lines.append("")
+    lines.append("| workload | size | config | runs | " +
+                 " | ".join(f"{t}{' (' + u + ')' if u else ''}"
+                            for _, t, u, _ in FIGS) + " |")
+    lines.append("|---|---|---|---|" + "---|" * len(FIGS))
+    for key in sorted_keys(summ):
+        wl, mem, cfg, smp = key
+        s = summ[key]
+        row = [wl, _size(mem, smp), cfg]
+        if s["fails"]:
+            row += [f"**FAIL {s['fails']}/{s['n']}**"] + [""] * len(FIGS)
+        else:
+            row.append(f"{s['n']} ok")
+            for fig, *_ in FIGS:
+                v = s["ok"].get(fig)
+                if v is None:
+                    row.append("–")
+                elif v[1] == v[2]:
+                    row.append(_fmt(v[0]))
+                else:
+                    row.append(f"{_fmt(v[0])} ({_fmt(v[1])}–{_fmt(v[2])})")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    fails = {}
+    for key, s in summ.items():
+        f = fails.setdefault(key[2], [0, 0])
+        f[0] += s["fails"]
+        f[1] += s["n"]
+    lines.append("### Failures per configuration")
+    lines.append("")
+    lines.append("| config | failed runs | what |")
+    lines.append("|---|---|---|")
+    for cfg in CONFIG_ORDER:
+        if cfg in fails:
+            errs = sorted({e for k, s in summ.items() if k[2] == cfg
+                           for e in s["errors"]})
+            lines.append(f"| {cfg} | {fails[cfg][0]}/{fails[cfg][1]} | "
+                         f"{'; '.join(errs)[:300].replace('|', '/')} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def headline(results):
+    """d vs b: bytes and total time per workload and size."""
+    summ = summarize(results["runs"])
+    out = []
+    for key in sorted_keys(summ):
+        wl, mem, cfg, smp = key
+        if cfg != "d":
+            continue
+        ref = summ.get((wl, mem, REF, smp), {}).get("completed", {})
+        s = summ[key]
+        if s["fails"]:
+            out.append(f"{wl} {_size(mem, smp)}: d FAIL {s['fails']}/{s['n']}")
+            continue
+        parts = []
+        for fig, name in (("transferred_mb", "bytes"), ("total_ms", "time")):
+            v, r = s["ok"].get(fig), ref.get(fig)
+            if v and r and r[0]:
+                parts.append(f"{name} {v[0] / r[0]:.2f}x")
+        line = f"{wl} {_size(mem, smp)}: d/b " + ", ".join(parts)
+        ca = summ.get((wl, mem, "a", smp), {})
+        if ca and not ca["fails"]:
+            parts = []
+            for fig, name in (("transferred_mb", "bytes"),
+                              ("total_ms", "time")):
+                v, r = s["ok"].get(fig), ca["ok"].get(fig)
+                if v and r and r[0]:
+                    parts.append(f"{name} {v[0] / r[0]:.2f}x")
+            line += "; d/a " + ", ".join(parts)
+        out.append(line)
+    return out

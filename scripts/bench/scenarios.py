@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The benchmark matrix: configurations, workloads, guest sizes, vCPUs.
+
+A cell is one (configuration, workload, guest MiB, vCPUs); each runs N
+times.  Configurations:
+
+  a  stock QEMU, in-tree driver, no hinting           (baseline without hints)
+  b  stock QEMU, in-tree driver, free-page-hint=on    (today's upstream)
+  c  stock QEMU, our driver, free-page-hint=on
+  d  our QEMU,   our driver, free-page-hint=on
+  c-alloc, d-alloc: c, d with the driver in alloc mode (hint_mode=alloc)
+  c+drop, d+drop: c, d with the driver's drop_cache knob (hint_drop_cache=1)
+
+Workloads are the harness's (tests/hb/harness.py prepare_guest): fresh,
+stale, frag, churn, cache; "stale+bw" is stale with a memory-bandwidth
+probe (hbwork bandwidth) running in the guest before and during the
+migration; "churn-all" is churn with one churn process per vCPU.
+"""
+import collections
+
+from hb import harness
+
+CONFIGS = {
+    # name: (qemu, balloon, hint, balloon_args, description)
+    "a": ("stock", "intree", False, "", "stock QEMU, in-tree driver, no hinting"),
+    "b": ("stock", "intree", True, "", "stock QEMU, in-tree driver, free-page-hint=on (upstream today)"),
+    "c": ("stock", "ours", True, "", "stock QEMU, our driver, hinting"),
+    "d": ("ours", "ours", True, "", "our QEMU, our driver, hinting"),
+    "c-alloc": ("stock", "ours", True, "hint_mode=alloc", "c with the driver in alloc mode"),
+    "d-alloc": ("ours", "ours", True, "hint_mode=alloc", "d with the driver in alloc mode"),
+    "c+drop": ("stock", "ours", True, "hint_drop_cache=1", "c with drop_cache=1"),
+    "d+drop": ("ours", "ours", True, "hint_drop_cache=1", "d with drop_cache=1"),
+}
+CONFIG_ORDER = ["a", "b", "c", "d", "c-alloc", "d-alloc", "c+drop", "d+drop"]
+WORKLOAD_ORDER = ["fresh", "stale", "frag", "churn", "churn-all", "cache",
+                  "stale+bw"]
+REF = "b"
+SMP = 2          # the harness's default guest: 2 vCPUs
+
+Cell = collections.namedtuple("Cell", "config workload mem_mib smp")
+Cell.__new__.__defaults__ = (SMP,)
+
+
+def scenario(cell, seed, downtime_limit_ms=harness.DOWNTIME_LIMIT_MS):
+    """The harness Scenario of a cell."""
+    wl = cell.workload
+    workload = {"stale+bw": "stale", "churn-all": "churn"}.get(wl, wl)
+    return harness.Scenario(workload=workload, mem_mib=cell.mem_mib,
+                            seed=seed, downtime_limit_ms=downtime_limit_ms,
+                            smp=cell.smp,
+                            churn_procs=cell.smp if wl == "churn-all" else 1)
+
+
+def full_matrix():
+    """The full matrix (see Documentation/benchmarks.md for its run time
+    on 2 cores)."""
+    cells = []
+    for mem in (1024, 2048, 4096):
+        for wl in ("fresh", "stale"):
+            for cfg in ("abcd" if mem < 4096 else "abd"):
+                cells.append(Cell(cfg, wl, mem))
+    # 8 GiB: source and destination take 16 GiB of host RAM
+    for wl in ("fresh", "stale"):
+        for cfg in "abd":
+            cells.append(Cell(cfg, wl, 8192))
+    for wl in ("frag", "churn"):
+        for cfg in "abcd":
+            cells.append(Cell(cfg, wl, 1024))
+    # churn writing on every vCPU
+    for mem in (1024, 4096):
+        for cfg in "abd":
+            cells.append(Cell(cfg, "churn-all", mem))
+    # one vCPU against the default two
+    for cfg in "abd":
+        cells.append(Cell(cfg, "stale", 1024, 1))
+    # the driver's two hint modes side by side
+    for wl in ("fresh", "stale", "frag"):
+        cells.append(Cell("d-alloc", wl, 1024))
+    for wl in ("stale", "frag"):
+        cells.append(Cell("c-alloc", wl, 1024))
+    # "cache" is not in the full matrix: the test guest has no disk page
+    # cache, so c+drop/d+drop cannot show a benefit (run it with --cells)
+    for cfg in "abd":
+        cells.append(Cell(cfg, "stale+bw", 1024))
+    return cells
+
+
+def quick_matrix():
+    cells = []
+    for wl in ("fresh", "stale"):
+        for cfg in "abd":
+            cells.append(Cell(cfg, wl, 1024))
+    for cfg in "bd":
+        cells.append(Cell(cfg, "stale+bw", 1024))
+    return cells
+
+
+def parse_cells(spec):
+    """'CFGS:WORKLOADS:MEMS[:SMPS]' (each part optional, '*' = all; MEMS
+    default 1024, SMPS default the harness's 2)."""
+    cfgs, wls, mems, smps = (spec.split(":") + ["*", "*", "*"])[:4]
+    cfgs = CONFIG_ORDER if cfgs in ("", "*") else cfgs.split(",")
+    wls = WORKLOAD_ORDER if wls in ("", "*") else wls.split(",")
+    mems = [1024] if mems in ("", "*") else [int(m) for m in mems.split(",")]
+    smps = [SMP] if smps in ("", "*") else [int(n) for n in smps.split(",")]
+    for c in cfgs:
+        if c not in CONFIGS:
+            raise ValueError(f"unknown configuration {c!r}")
+    for w in wls:
+        if w not in WORKLOAD_ORDER:
+            raise ValueError(f"unknown workload {w!r}")
+    return [Cell(c, w, m, n) for n in smps for m in mems for w in wls
+            for c in cfgs]

@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Invalid virtio-balloon hint properties, on the command line and through
+qom-set: QEMU refuses each, names the property, keeps its value, and
+prints no error report of its own (assertion, sanitizer)."""
+import subprocess
+
+from hb.harness import VM
+from hb.rigs import tmpdir
+from hb.testlib import CURRENT, our_qemu, tag
+
+
+def _qemu_cmdline(binary, device):
+    return [binary, "-accel", "tcg", "-nodefaults", "-no-user-config",
+            "-machine", "pc-i440fx-7.2", "-display", "none", "-m", "128",
+            "-L", "/usr/share/qemu", "-L", "/usr/share/seabios",
+            "-L", "/usr/lib/ipxe/qemu", "-S", "-qmp", "null",
+            "-object", "iothread,id=io0", "-device", device]
+
+
+BAD_PROPS = [
+    ("free-page-hint-wait-ms=60001", "free-page-hint-wait-ms"),
+    ("free-page-hint-wait-ms=4294967296", "free-page-hint-wait-ms"),
+    ("free-page-hint-wait-ms=-1", "free-page-hint-wait-ms"),
+    ("free-page-hint-wait-ms=abc", "free-page-hint-wait-ms"),
+    ("free-page-hint-batch-max=0", "free-page-hint-batch-max"),
+    ("free-page-hint-batch-max=1025", "free-page-hint-batch-max"),
+    ("free-page-hint-batch-max=x1", "free-page-hint-batch-max"),
+    ("free-page-hint-postcopy=maybe", "free-page-hint-postcopy"),
+    ("free-page-hint-stats=1", "free-page-hint-stats"),
+    ("iothread=nosuch", "nosuch"),
+]
+
+
+@tag("reliability", "bad_input", "sanitize")
+def test_invalid_device_properties_on_command_line():
+    """Each invalid property value: QEMU exits non-zero at once with an
+    error naming the property; valid boundary values start."""
+    qemu = our_qemu()
+    base = "virtio-balloon-pci,id=balloon0,free-page-hint=on,iothread=io0"
+    problems = []
+    for prop, word in BAD_PROPS + [("free-page-hint=on", "iothread")]:
+        dev = (base + "," + prop if not prop.startswith("free-page-hint=")
+               else "virtio-balloon-pci,id=balloon0," + prop)
+        CURRENT.add("bad_inputs")
+        try:
+            p = subprocess.run(_qemu_cmdline(qemu, dev), capture_output=True,
+                               text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            problems.append((prop, "QEMU started"))
+            continue
+        if p.returncode == 0 or word not in p.stderr:
+            problems.append((prop, p.returncode, p.stderr.strip()[:200]))
+    # valid boundaries must start (QEMU still running after 3 s)
+    for prop in ("free-page-hint-wait-ms=60000", "free-page-hint-wait-ms=0",
+                 "free-page-hint-batch-max=1",
+                 "free-page-hint-batch-max=1024"):
+        p = subprocess.Popen(_qemu_cmdline(qemu, base + "," + prop),
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            p.wait(timeout=3)
+            problems.append((prop, "valid value rejected",
+                             p.stderr.read()[:200]))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    assert not problems, problems
+
+
+@tag("reliability", "bad_input", "sanitize")
+def test_invalid_device_properties_via_qom_set():
+    """qom-set of the hint properties on a running VM: error, value
+    unchanged; the stats property is read-only."""
+    qemu = our_qemu()
+    d = tmpdir("qomset")
+    vm = VM(d, "qom", qemu, 256, "none", hint=True)
+    problems = []
+    try:
+        vm.launch()
+        paths = ["/machine/peripheral/balloon0",
+                 "/machine/peripheral/balloon0/virtio-backend"]
+        for path in paths:
+            for prop, val in [("free-page-hint-wait-ms", 60001),
+                              ("free-page-hint-wait-ms", 5),
+                              ("free-page-hint-wait-ms", "abc"),
+                              ("free-page-hint-batch-max", 0),
+                              ("free-page-hint-batch-max", 2048),
+                              ("free-page-hint-postcopy", "maybe"),
+                              ("free-page-hint", False),
+                              ("free-page-hint-stats", {"rounds": 5})]:
+                try:
+                    before = vm.qmp("qom-get", path=path, property=prop)
+                except Exception as exc:  # pylint: disable=broad-except
+                    before = f"<{exc}>"
+                CURRENT.add("bad_inputs")
+                try:
+                    vm.qmp("qom-set", path=path, property=prop, value=val)
+                    problems.append((path, prop, val, "accepted"))
+                except Exception:  # pylint: disable=broad-except
+                    pass
+                try:
+                    after = vm.qmp("qom-get", path=path, property=prop)
+                except Exception as exc:  # pylint: disable=broad-except
+                    after = f"<{exc}>"
+                if isinstance(before, dict):
+                    before.pop("status", None)
+                    after.pop("status", None) if isinstance(after, dict) \
+                        else None
+                if before != after:
+                    problems.append((path, prop, val, before, after))
+        assert vm.machine.is_running()
+        vm.kill()
+    finally:
+        vm.kill()
+    assert not problems, problems
+    # QEMU's stderr (an assertion, a sanitizer report), read before the
+    # directory goes
+    errs = vm.qemu_errors()
+    assert not errs, f"QEMU reported errors ({d}): {errs}"
+    subprocess.call(["rm", "-rf", d])
