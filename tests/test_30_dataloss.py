@@ -55,3 +55,35 @@ def test_our_qemu_churn_into_preallocated_destination():
     for driver in ("ours", "intree"):
         _run(driver, "churn", dst_args=harness.PREALLOC_DST,
              label="-prealloc")
+
+
+@tag("dataloss")
+def test_our_qemu_churn_on_every_vcpu():
+    """Churn on both vCPUs of a 2-vCPU guest (one churn process each, the
+    scheduler spreads them), our driver and the in-tree one."""
+    for driver in ("ours", "intree"):
+        balloon, args = DATALOSS_DRIVERS[driver]
+        if balloon == "ours":
+            need_ours()
+        what = f"{driver}/churn on 2 vCPUs"
+        res = migrate(f"ours-{driver}-churn-smp2", src_bin=our_qemu(),
+                      balloon=balloon, hint=True, balloon_args=args,
+                      scenario=harness.Scenario("churn", smp=2,
+                                                churn_procs=2))
+        assert_intact(res, what)
+        assert_hinted(res, DATALOSS_MODES[driver], what)
+        assert res["verify"]["churn"]["procs"] == 2, res["verify"]["churn"]
+
+
+@tag("dataloss")
+def test_our_qemu_a_to_b_to_c():
+    """A -> B -> C with hinting on every hop (each hop's source device
+    clears hinted pages), the data verified at C."""
+    need_ours()
+    res = migrate("ours-ours-abc", src_bin=our_qemu(), balloon="ours",
+                  hint=True, scenario=harness.Scenario("stale", hops=2))
+    assert_intact(res, "A -> B -> C")
+    assert_hinted(res, "scan", "A -> B -> C")
+    assert len(res["hops"]) == 1, res["hops"]
+    g0, g = res["guest_hint_before"], res["guest_hint"]
+    assert g["rounds"] - g0.get("rounds", 0) >= 2, (g0, g)

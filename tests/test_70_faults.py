@@ -33,10 +33,15 @@ def test_cancel_during_round_then_migrate_again():
     need_ours()
     with Rig("cancel", balloon_args=HELD) as rig:
         rig.boot()
-        # 1: cancel right away (pre-send wait / round being filled)
+        # 1: cancel as soon as the device has asked the guest for a round
+        # (pre-send wait / round being filled)
         before = rig.meminfo()
         rig.start_migration(bw=THROTTLE)
-        time.sleep(0.5)
+        id0 = rig.counters0.get("cmd-id", 0)
+        deadline = time.time() + 60
+        while (device_counters(rig.vm) or {}).get("cmd-id", 0) <= id0:
+            assert time.time() < deadline, "the device started no round"
+            time.sleep(0.05)
         rig.cancel()
         rig.wait_memory_back(before)
         # 2: cancel while the round is held

@@ -70,6 +70,16 @@ def figures(run):
                                 1)
         f["presend_wait_ms"] = dev.get("presend-wait-ms")
         f["presend_timeouts"] = dev.get("presend-timeouts")
+    hops = run.get("hops") or []
+    if hops and f["transferred_mb"] is not None:
+        # every hop together (the figures above are the first hop's)
+        f["hops_transferred_mb"] = round(f["transferred_mb"] + sum(
+            h.get("transferred_mb") or 0 for h in hops), 1)
+        f["hops_total_ms"] = (f["total_ms"] or 0) + sum(
+            h.get("total_ms") or 0 for h in hops)
+        f["hops_max_downtime_ms"] = max(
+            [f["downtime_ms"] or 0] + [h.get("downtime_ms") or 0
+                                       for h in hops])
     idle = [x for x in run.get("bw_idle") or [] if _num(x)]
     if idle:
         f["bw_idle_mib_s"] = round(statistics.mean(idle), 1)
@@ -146,6 +156,9 @@ FIGS = [
     ("hinted_mb", "hinted", "MB", False),
     ("host_ns_per_page", "host ns/4K page", "ns", False),
     ("presend_wait_ms", "host pre-send wait", "ms", False),
+    ("hops_transferred_mb", "all hops: bytes sent", "MB", False),
+    ("hops_total_ms", "all hops: total time", "ms", False),
+    ("hops_max_downtime_ms", "all hops: worst downtime", "ms", False),
     ("bw_idle_mib_s", "bw idle", "MiB/s", False),
     ("bw_worst_mib_s", "bw worst during", "MiB/s", False),
     ("bw_slowdown_pct", "bw slowdown", "%", False),

@@ -14,7 +14,9 @@ times.  Configurations:
 Workloads are the harness's (tests/hb/harness.py prepare_guest): fresh,
 stale, frag, churn, cache; "stale+bw" is stale with a memory-bandwidth
 probe (hbwork bandwidth) running in the guest before and during the
-migration; "churn-all" is churn with one churn process per vCPU.
+migration; "churn-all" is churn with one churn process per vCPU;
+"stale-abc" is stale migrated A -> B -> C (hinting on every hop), the data
+verified at C.
 """
 import collections
 
@@ -33,7 +35,7 @@ CONFIGS = {
 }
 CONFIG_ORDER = ["a", "b", "c", "d", "c-alloc", "d-alloc", "c+drop", "d+drop"]
 WORKLOAD_ORDER = ["fresh", "stale", "frag", "churn", "churn-all", "cache",
-                  "stale+bw"]
+                  "stale+bw", "stale-abc"]
 REF = "b"
 SMP = 2          # the harness's default guest: 2 vCPUs
 
@@ -44,11 +46,13 @@ Cell.__new__.__defaults__ = (SMP,)
 def scenario(cell, seed, downtime_limit_ms=harness.DOWNTIME_LIMIT_MS):
     """The harness Scenario of a cell."""
     wl = cell.workload
-    workload = {"stale+bw": "stale", "churn-all": "churn"}.get(wl, wl)
+    workload = {"stale+bw": "stale", "churn-all": "churn",
+                "stale-abc": "stale"}.get(wl, wl)
     return harness.Scenario(workload=workload, mem_mib=cell.mem_mib,
                             seed=seed, downtime_limit_ms=downtime_limit_ms,
                             smp=cell.smp,
-                            churn_procs=cell.smp if wl == "churn-all" else 1)
+                            churn_procs=cell.smp if wl == "churn-all" else 1,
+                            hops=2 if wl == "stale-abc" else 1)
 
 
 def full_matrix():
@@ -70,6 +74,9 @@ def full_matrix():
     for mem in (1024, 4096):
         for cfg in "abd":
             cells.append(Cell(cfg, "churn-all", mem))
+    # A -> B -> C
+    for cfg in "abd":
+        cells.append(Cell(cfg, "stale-abc", 1024))
     # one vCPU against the default two
     for cfg in "abd":
         cells.append(Cell(cfg, "stale", 1024, 1))

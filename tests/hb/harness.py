@@ -550,7 +550,7 @@ class Scenario:
                  hold_mib=16, stale_pct=75, churn_rate=64, settle=1.0,
                  throttle_start_s=0.0, seed=None, ticker=True,
                  postcopy_after_s=0.0, downtime_limit_ms=DOWNTIME_LIMIT_MS,
-                 smp=2, churn_procs=1):
+                 smp=2, churn_procs=1, hops=1):
         assert workload in WORKLOADS, workload
         self.workload = workload
         self.mem_mib = mem_mib
@@ -570,6 +570,9 @@ class Scenario:
         # vCPU writes on every vCPU: the guest's scheduler spreads them)
         self.smp = smp
         self.churn_procs = churn_procs
+        # migrations in a row (A -> B -> C is 2), the data verified at the
+        # last destination
+        self.hops = hops
         self.seed = seed if seed is not None else int(time.time()) & 0xffffff
 
 
@@ -613,7 +616,7 @@ def prepare_guest(vm, sc, res):
 
 # Guest shell: the PIDs of running `hbwork VERB` processes (busybox-static
 # has no pkill/pgrep -f).
-_HBWORK_PIDS = ("for p in $(pidof hbwork); do "
+HBWORK_PIDS = ("for p in $(pidof hbwork); do "
                 "tr '\\0' ' ' < /proc/$p/cmdline | grep -q '^[^ ]*hbwork {verb} ' "
                 "&& echo $p; done")
 
@@ -655,9 +658,9 @@ def stop_churn(g, procs=1):
     Returns their combined result fields (None if one printed none: ok=1
     only if every one was ok, bytes and bad pages summed) and their
     HBBADPAGE lines."""
-    g.run(f"for p in $({_HBWORK_PIDS.format(verb='churn')}); do "
+    g.run(f"for p in $({HBWORK_PIDS.format(verb='churn')}); do "
           "kill -TERM $p; done", check=False)
-    wait_guest(g, f"test -z \"$({_HBWORK_PIDS.format(verb='churn')})\"",
+    wait_guest(g, f"test -z \"$({HBWORK_PIDS.format(verb='churn')})\"",
                "hbwork churn did not exit on SIGTERM")
     churn, bad = {}, []
     for i in range(procs):
@@ -684,7 +687,7 @@ def stop_ticker(g):
     passes ran (before and after the migration) and the result lines of
     those that found the data damaged."""
     g.run("kill $(cat /tmp/ticker.pid); rm -f /tmp/ticker.pid", check=False)
-    wait_guest(g, f"test -z \"$({_HBWORK_PIDS.format(verb='verify')})\"",
+    wait_guest(g, f"test -z \"$({HBWORK_PIDS.format(verb='verify')})\"",
                "the ticker's last pass did not end")
     _, out = g.run("cat /tmp/ticker.out", check=False)
     lines = [x for x in out if x.startswith("HBWORK")]
@@ -815,6 +818,7 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                       "hint": hint, "workload": sc.workload,
                       "mem_mib": sc.mem_mib, "seed": sc.seed,
                       "smp": sc.smp, "churn_procs": sc.churn_procs,
+                      "hops": sc.hops,
                       "throttle_start_s": sc.throttle_start_s,
                       "downtime_limit_ms": sc.downtime_limit_ms,
                       "device_props": device_props,
@@ -828,6 +832,7 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
     src = VM(workdir, "src", src_bin, **common)
     dst = VM(workdir, "dst", dst_bin, incoming=f"unix:{mig_sock}",
              extra_args=tuple(dst_args), **common)
+    vms = [src, dst]
     try:
         t0 = time.time()
         src.boot()
@@ -882,6 +887,31 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
         # much of it the host backs with transparent huge pages.
         res["dst_ram"] = dst.ram_mapping(sc.mem_mib)
         src.kill()
+        res["hops"] = []
+        for hop in range(2, sc.hops + 1):
+            # the destination becomes the source of the next hop
+            nxt = VM(workdir, f"dst{hop}", dst_bin,
+                     incoming=f"unix:{workdir}/mig{hop}.sock",
+                     extra_args=tuple(dst_args), **common)
+            vms.append(nxt)
+            nxt.launch()
+            start_migration(dst, nxt, bw_full, sc.downtime_limit_ms)
+            info = wait_migration(dst, timeout)
+            ram = info.get("ram", {})
+            res["hops"].append({
+                "status": info.get("status"),
+                "transferred_mb": round(ram.get("transferred", 0) / 1e6, 1),
+                "total_ms": info.get("total-time"),
+                "downtime_ms": info.get("downtime"),
+                "device_src": device_counters(dst)})
+            if info.get("status") != "completed":
+                res["status"] = info.get("status")
+                res["error"] = (f"hop {hop}: "
+                                f"{info.get('error-desc', info.get('status'))}")
+                return res
+            wait_running(nxt)
+            dst.kill()
+            dst = nxt
         dst.guest.connect()
         if on_destination:
             on_destination(dst, res)
@@ -906,11 +936,13 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
             res["data_intact"] = False
         return res
     finally:
-        src.kill()
-        dst.kill()
-        res["src_console_errors"] = src.kernel_errors()
-        res["qemu_errors"] = {"src": src.qemu_errors(),
-                              "dst": dst.qemu_errors()}
+        for vm in vms:
+            vm.kill()
+        # the consoles of every VM but the last destination (its kernel
+        # errors are res["kernel_errors"]), and every QEMU's stderr
+        res["src_console_errors"] = [ln for vm in vms if vm is not dst
+                                     for ln in vm.kernel_errors()]
+        res["qemu_errors"] = {vm.name: vm.qemu_errors() for vm in vms}
         if res["src_console_errors"] or any(res["qemu_errors"].values()):
             res["ok"] = False
         if own_dir and not keep_dirs and res.get("ok"):

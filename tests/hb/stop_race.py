@@ -17,7 +17,6 @@ the batch loses nothing; one that does not loses the writes
 import os
 import subprocess
 import tempfile
-import time
 
 from . import harness
 
@@ -47,8 +46,11 @@ def one_run(qemu, hold, wd):
         g.hbwork("fill 300 7")
         gdb = harness.NonStopGdb(src.machine.get_pid(), wd,
                                  HOLD_SCRIPT % {"hold": hold})
-        g.run("hbwork churn 64 0 64 > /tmp/churn.out 2>&1 &")
-        time.sleep(0.3)         # the churn runs before the migration starts
+        harness.start_churn(g, harness.Scenario("churn", mem_mib=512))
+        # the churn runs before the migration starts
+        pids = harness.HBWORK_PIDS.format(verb="churn")
+        harness.wait_guest(g, f'test -n "$({pids})"',
+                           "hbwork churn did not start")
         dst.launch()
         harness.start_migration(src, dst, 10 << 30, 300)
         info = harness.wait_migration(src, 300)

@@ -153,13 +153,17 @@ def assert_intact(res, label=""):
 
 
 def assert_hinted(res, mode=None, label=""):
-    """The migration hinted: the source device cleared pages from the
-    dirty bitmap because of hints and, with our driver, the guest ran a
-    new round in `mode` ("scan" or "alloc"; None: either)."""
+    """The migration hinted: the source device of every hop cleared pages
+    from the dirty bitmap because of hints and, with our driver, the guest
+    ran a new round in `mode` ("scan" or "alloc"; None: either)."""
     where = f" [{label}] (details: {res.get('workdir')})"
     c = res.get("device_src") or {}
     assert c.get("cleared-pages", 0) > 0, \
         f"the source device cleared no page because of hints: {c}{where}"
+    for i, h in enumerate(res.get("hops") or [], 2):
+        hc = h.get("device_src") or {}
+        assert hc.get("cleared-pages", 0) > 0, \
+            f"hop {i}: the source device cleared no page: {hc}{where}"
     if res["config"]["balloon"] != "ours":
         return
     g0 = res.get("guest_hint_before") or {}
