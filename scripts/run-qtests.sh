@@ -90,7 +90,13 @@ else
 		{ tail -30 "$logs/build.log"; die "qtest build failed (see $logs/build.log)"; }
 	for t in "${targets[@]}"; do install -m 0755 "$bdir/$t" "$stash/bin/"; done
 	echo "$key" > "$stash/.key"
-	mkdir -p "$qcache/$key" && cp "$stash/bin/"* "$qcache/$key/"
+	# Into the machine-wide cache in one rename: another clone sees the
+	# whole set or none of it (if one got there first, keep theirs).
+	if [ ! -d "$qcache/$key" ] && mkdir -p "$qcache" &&
+	   tmp=$(mktemp -d "$qcache/.tmp-$key-XXXXXX"); then
+		cp "$stash/bin/"* "$tmp/" && chmod 0755 "$tmp" &&
+			mv -T "$tmp" "$qcache/$key" 2>/dev/null || rm -rf "$tmp"
+	fi
 	flock -u 9
 	say "built; binaries in $stash/bin"
 fi

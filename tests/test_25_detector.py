@@ -1,10 +1,17 @@
 # SPDX-License-Identifier: GPL-2.0
 """The detectors fail a run when they should.  Each test damages one thing
 on purpose in a hinted migration of our stack and expects the verdict to
-say so: one flipped byte of the kept data on the destination (data check),
-a kernel error line on the source's console and on the destination's
-(console scans), a real kernel crash of the destination."""
+say so: one flipped byte of the kept data on the destination (data check
+and the ticker), a kernel error line on the source's console and on the
+destination's (console scans), a real kernel crash of the destination, a
+migration without hinting or in the other mode (hinting check), a guest
+whose setup failed (boot check).  The QEMU stderr scan is shown to fire in
+test_71 (a command id the device rejects)."""
+import subprocess
+
+from hb import harness
 from hb.harness import Scenario
+from hb.rigs import tmpdir
 from hb.testlib import (assert_hinted, assert_intact, migrate, need_ours,
                         our_qemu, tag)
 
@@ -44,6 +51,10 @@ def test_detector_one_flipped_byte_on_destination_is_damage():
     def destination(vm, _res):
         out = vm.guest.hbwork(f"poke {KEEP} {5 << 20 | 1234}")
         assert out.get("ok") == 1, out
+        # let the ticker run one pass over the damaged file
+        _, n = vm.guest.run("wc -l < /tmp/ticker.out")
+        harness.wait_guest(vm.guest, f"test $(wc -l < /tmp/ticker.out) "
+                           f"-gt {n[0]}", "no ticker pass after the poke")
 
     res = _run("detector-poke", on_source_ready=source,
                on_destination=destination)
@@ -52,6 +63,8 @@ def test_detector_one_flipped_byte_on_destination_is_damage():
     assert res["data_intact"] is False, f"verdict not damaged: {res['verify']}"
     keep = res["verify"]["keep"]
     assert keep.get("bad_pages") == 1, keep
+    assert res["verify"]["ticker"]["bad"], \
+        f"the ticker did not see the damage: {res['verify']['ticker']}"
     # (the destination's dmesg holds the source's line too: the kernel log
     # buffer is guest memory and migrates with it)
     assert any("detector self-test" in ln
@@ -77,6 +90,50 @@ def test_detector_kernel_error_on_destination_console():
     assert res["ok"] is False
     msg = _fails_intact(res, "a destination kernel error")
     assert "destination kernel errors" in msg, msg
+    # the hinting check fails on a round in the other mode
+    try:
+        assert_hinted(res, "alloc", "detector")
+    except AssertionError as exc:
+        assert "not 'alloc'" in str(exc), exc
+    else:
+        raise AssertionError("assert_hinted took a scan round for alloc")
+
+
+@tag("migrate", "detector")
+def test_detector_migration_without_hinting_is_not_hinted():
+    """Our QEMU and driver with the device's free-page-hint off: the data
+    is intact, and the hinting check fails."""
+    need_ours()
+    res = migrate("detector-nohint", src_bin=our_qemu(), balloon="ours",
+                  hint=False, scenario=Scenario("stale", mem_mib=MEM))
+    assert_intact(res, "no hinting")
+    try:
+        assert_hinted(res, "scan", "no hinting")
+    except AssertionError as exc:
+        print(f"    assert_hinted failed as it should: {str(exc)[:120]}")
+    else:
+        raise AssertionError("assert_hinted passed a migration without "
+                             "hinting")
+
+
+@tag("boot", "detector")
+def test_detector_guest_setup_error_fails_the_boot():
+    """A guest whose /init reports an error (our module refusing a bad
+    parameter: HB ERROR insmod) fails its boot."""
+    need_ours()
+    d = tmpdir("hberror")
+    vm = harness.VM(d, "hberror", our_qemu(), 256, "ours", hint=True,
+                    balloon_args="hint_mode=bogus")
+    try:
+        vm.boot()
+    except harness.GuestError as exc:
+        assert "HB ERROR insmod" in str(exc), exc
+        print(f"    boot failed as it should: {exc}")
+    else:
+        raise AssertionError("a guest that printed HB ERROR booted")
+    finally:
+        vm.kill()
+    subprocess.call(["rm", "-rf", d])
 
 
 @tag("migrate", "detector")

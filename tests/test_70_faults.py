@@ -61,6 +61,7 @@ def test_destination_killed_mid_migration():
     with Rig("dstkill", balloon_args=HELD) as rig:
         rig.boot()
         before, _ = held_round(rig)
+        rig.migration_fault()
         rig.dst.kill()
         rig.dst = None
         CURRENT.add("faults")
@@ -177,6 +178,7 @@ def test_scan_mode_exit_paths():
             if fault == "cancel":
                 rig.cancel()
             else:
+                rig.migration_fault()
                 rig.dst.kill()
                 rig.dst = None
                 CURRENT.add("faults")

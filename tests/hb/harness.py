@@ -62,14 +62,23 @@ KERNEL_ERROR_RE = re.compile(
     r"Bad page map|unable to handle|Unable to handle|slab.*corrupt|"
     r"double fault|invalid opcode:|stack-protector|Corrupted low memory)")
 
-# What QEMU prints on stderr when a device or QEMU itself went wrong: a
-# virtio_error(), an assertion, a crash, or an ASan/UBSan report.  A single
-# match fails a migration test (tests that provoke one on purpose say which
-# lines they expect).
+# What QEMU prints on stderr when a device or QEMU itself went wrong: any
+# error_report() line ("qemu-system-x86_64: ...", virtio_error() among
+# them; not warnings), a virtio ring error, an assertion, a crash, an
+# ASan/UBSan report.  A single match fails a migration test; tests that
+# provoke one on purpose say which lines they expect (VM.allow_errors).
 QEMU_ERROR_RE = re.compile(
-    r"(virtio: |virtio-balloon: |Assertion|Segmentation|core dumped|"
+    r"(^qemu-system-[^:\s]+: (?!warning: |terminating on signal)|"
+    r"virtio: |Assertion|Segmentation|core dumped|"
     r"ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|"
     r"SUMMARY: \w+Sanitizer)")
+# What a QEMU prints when its migration was cancelled, failed, or lost its
+# peer: expected on both ends of a migration a test breaks on purpose.
+MIGRATION_FAULT_RE = (r"migration|[Ss]ocket|Broken pipe|Connection reset|"
+                      r"Input/output error|load of migration failed|"
+                      r"Unable to write|Failed to load|error while loading "
+                      r"state|Early end of file|[Ss]ection|savevm|loadvm|"
+                      r"vmstate")
 SANITIZER_RE = re.compile(r"(ERROR: AddressSanitizer|runtime error:|"
                           r"ERROR: LeakSanitizer|SUMMARY: \w+Sanitizer)")
 
@@ -339,6 +348,8 @@ class VM:
             log_dir=workdir)
         self.machine.set_machine("pc-i440fx-7.2")
         self.guest = Guest(self.cmdsock, self._dead)
+        # stderr lines this VM is expected to print (regexes)
+        self.allow_errors = []
 
     def launch(self):
         self.machine.launch()
@@ -390,12 +401,14 @@ class VM:
 
     def qemu_errors(self, allow=()):
         """Lines of QEMU's stderr that report an error (QEMU_ERROR_RE),
-        except those matching one of the `allow` patterns."""
+        except those matching one of the `allow` patterns or of
+        self.allow_errors."""
         try:
             with open(self.log_path(), errors="replace") as f:
                 lines = [ln.rstrip() for ln in f]
         except OSError:
             return []
+        allow = list(allow) + self.allow_errors
         return [ln for ln in lines if QEMU_ERROR_RE.search(ln)
                 and not any(re.search(a, ln) for a in allow)]
 

@@ -145,8 +145,16 @@ class Rig:
     def wait_end(self, timeout=300):
         return harness.wait_migration(self.vm, timeout)
 
+    def migration_fault(self):
+        """The current migration is broken on purpose: both ends may report
+        it on stderr."""
+        for vm in (self.vm, self.dst):
+            if vm:
+                vm.allow_errors.append(harness.MIGRATION_FAULT_RE)
+
     def cancel(self):
         """migrate_cancel; the destination is left to die."""
+        self.migration_fault()
         self.vm.qmp("migrate_cancel")
         info = self.wait_end(60)
         assert info["status"] == "cancelled", info
