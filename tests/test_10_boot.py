@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Boot the test guest on stock and patched QEMU with either driver."""
 import os
+import shutil
 import tempfile
 
 from hb import harness
@@ -25,6 +26,7 @@ def _boot(qemu, balloon):
         assert not vm.kernel_errors(), vm.kernel_errors()
     finally:
         vm.kill()
+    shutil.rmtree(d)    # kept for a look when the test failed
 
 
 @tag("boot")
@@ -121,6 +123,7 @@ def test_command_channel_survives_lost_bytes():
     finally:
         harness.ACK_TIMEOUT_S = ack_timeout
         vm.kill()
+    shutil.rmtree(d)    # kept for a look when the test failed
 
 
 @tag("boot")
@@ -153,3 +156,4 @@ def test_command_channel_survives_orphans_exiting():
         assert not vm.kernel_errors(), vm.kernel_errors()
     finally:
         vm.kill()
+    shutil.rmtree(d)    # kept for a look when the test failed
