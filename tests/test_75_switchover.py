@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The hinting device's contract with the migration: when the switch-over
+may happen, and which guest ABI each machine type gets.
+
+- Switch-over rule: free page hints taken before the first pass over RAM
+  has ended leave little more than the guest's live data pending.  Our QEMU
+  does not switch over before that pass has ended, so the live data is sent
+  with the guest running.  Asserted through state: query-migrate's
+  ram/hinted-pass-waits and downtime-bytes, and the order of the trace
+  events ram_first_pass_done and migration_thread_low_pending (the
+  switch-over decision).  No timing assertion.
+- VIRTIO_BALLOON_F_HINT_KEEP_WRITES (bit 16): offered with free-page-hint on
+  the current machine type, not on the previous one (hw_compat), never
+  without free-page-hint; a guest on the previous machine type migrates
+  from our QEMU to stock QEMU with hinting and keeps its data.
+
+Every migration verifies the guest's data on the destination and fails on
+any kernel error on its console."""
+import os
+import re
+import subprocess
+
+from hb import harness
+from hb.harness import BUILD, Scenario
+from hb.testlib import Skip, assert_intact, have_ours_driver, migrate, tag
+
+KEEP_WRITES_BIT = 16
+FREE_PAGE_HINT_BIT = 3
+
+# Per QEMU base: the newest machine type without KEEP_WRITES (its
+# hw_compat turns the property off) and the stock binary of that base.
+BASES = {
+    "7.2": {"old_machine": "pc-i440fx-7.1",
+            "stock": harness.STOCK_QEMU},
+}
+
+# Live data the switch-over test keeps in the guest (MiB): large enough
+# that sending it with the guest stopped is plain in downtime-bytes, which
+# otherwise only holds what the guest dirtied since the last sync (well
+# under a MiB for this guest).
+LIVE_MIB = 96
+
+
+def _ours(base="7.2"):
+    """Our patched QEMU of a base: build/qemu-<base>/, or build/qemu/ when
+    its VERSION says that base."""
+    for d in (f"qemu-{base}", "qemu"):
+        path = os.path.join(BUILD, d, "qemu-system-x86_64")
+        ver = os.path.join(BUILD, d, "VERSION")
+        if not (os.access(path, os.X_OK) and os.path.isfile(ver)):
+            continue
+        with open(ver) as f:
+            if f.read().strip().split(":")[-1].startswith(base):
+                return path
+    raise Skip(f"no patched QEMU {base} build")
+
+
+class _Env:
+    """Set environment variables for the duration of a block."""
+
+    def __init__(self, **kv):
+        self.kv = kv
+        self.old = {}
+
+    def __enter__(self):
+        for k, v in self.kv.items():
+            self.old[k] = os.environ.get(k)
+            os.environ[k] = v
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class _MachineType:
+    """Run harness.migrate_once() with another machine type on both sides."""
+
+    def __init__(self, machine):
+        self.machine = machine
+        self.saved = None
+
+    def __enter__(self):
+        machine = self.machine
+        base = harness.VM
+
+        class VM(base):  # pylint: disable=too-few-public-methods
+            def __init__(self, *a, **kw):
+                super().__init__(*a, **kw)
+                self.machine.set_machine(machine)
+
+        self.saved = base
+        harness.VM = VM
+
+    def __exit__(self, *exc):
+        harness.VM = self.saved
+
+
+def _trace_events(path, names):
+    """(name, args) of the trace lines of `names` in a QEMU log, in order."""
+    pat = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r") (.*)$")
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = pat.search(line)
+            if m:
+                out.append((m.group(1), m.group(2)))
+    return out
+
+
+@tag("migrate", "switchover")
+def test_switchover_waits_for_the_hinted_first_pass():
+    """A hinted migration of a guest with live data does not switch over
+    before the first pass over RAM, which the hints shrank to that live
+    data, has ended: the live data is sent with the guest running.  Our
+    driver hints without writing the hinted pages, so little but the live
+    data is left after its first round (the in-tree driver zeroes every
+    page it takes, and the next sync puts them all back)."""
+    binary = _ours("7.2")
+    if not have_ours_driver():
+        raise Skip("our driver is not built")
+    sc = Scenario("stale", mem_mib=1024, keep_mib=LIVE_MIB)
+    events = ("virtio_balloon_free_page_batch", "ram_first_pass_done",
+              "migration_switchover_hinted_pass_wait",
+              "migration_thread_low_pending")
+    with _Env(HB_TRACE=",".join(events)):
+        res = migrate("switchover-hinted-pass", src_bin=binary,
+                      balloon="ours", hint=True, scenario=sc,
+                      keep_dirs=True)
+    assert_intact(res, "switch-over rule")
+    dev = res.get("device_src") or {}
+    assert dev.get("cleared-pages", 0) > 0, f"host took no hint: {dev}"
+    ram = res["migration"]["ram"]
+    live = LIVE_MIB << 20
+    # The live data went while the guest ran, not in the downtime.
+    assert ram["downtime-bytes"] < live // 8, \
+        (f"{ram['downtime-bytes']} bytes sent with the guest stopped, "
+         f"live data {live}: switched over before the hinted pass "
+         f"ended ({res['workdir']})")
+    seq = _trace_events(os.path.join(res["workdir"], "src.log"), events)
+    names = [n for n, _ in seq]
+    assert "migration_thread_low_pending" in names, \
+        f"no switch-over decision traced ({res['workdir']})"
+    decision = names.index("migration_thread_low_pending")
+    cleared_before_pass = False
+    for name, args in seq[:decision]:
+        if name == "ram_first_pass_done":
+            break
+        m = re.search(r"cleared_pages (\d+)", args)
+        if name == "virtio_balloon_free_page_batch" and m and \
+                int(m.group(1)):
+            cleared_before_pass = True
+    assert cleared_before_pass, \
+        f"no hint cleared pages before the first pass ended: {seq[:20]}"
+    assert "ram_first_pass_done" in names[:decision], \
+        (f"switch-over decided before the first pass ended "
+         f"({res['workdir']})")
+    assert ram.get("hinted-pass-waits", 0) > 0, \
+        f"query-migrate shows no hinted-pass wait: {ram}"
+    print(f"    downtime-bytes={ram['downtime-bytes']} "
+          f"precopy-bytes={ram['precopy-bytes']} "
+          f"hinted-pass-waits={ram['hinted-pass-waits']} "
+          f"downtime={res.get('downtime_ms')} ms")
+    # Kept when an assertion fails: the trace is in src.log.
+    subprocess.call(["rm", "-rf", res["workdir"]])
+
+
+def _offered(binary, workdir, name, machine=None, props=""):
+    """The balloon's offered (host) device features, as
+    x-query-virtio-status reports them: (names, undecoded bitmap)."""
+    vm = harness.VM(workdir, name, binary, mem_mib=256, balloon="intree",
+                    hint=True, device_props=props)
+    if machine:
+        vm.machine.set_machine(machine)
+    vm.launch()
+    try:
+        st = vm.qmp("x-query-virtio-status",
+                    path="/machine/peripheral/balloon0/virtio-backend")
+        qom = vm.qmp("qom-get", path="/machine/peripheral/balloon0",
+                     property="free-page-hint-keep-writes")
+    finally:
+        vm.kill()
+    feats = st["host-features"]
+    return feats.get("dev-features", []), \
+        feats.get("unknown-dev-features", 0), qom
+
+
+def _has_keep_writes(names, unknown):
+    return (any(n.startswith("VIRTIO_BALLOON_F_HINT_KEEP_WRITES")
+                for n in names) or bool(unknown >> KEEP_WRITES_BIT & 1))
+
+
+@tag("compat", "keep_writes")
+def test_keep_writes_offered_by_machine_type():
+    """Bit 16 is offered with free-page-hint on the current machine type,
+    and neither on the previous one nor without free-page-hint."""
+    for base, cfg in BASES.items():
+        binary = _ours(base)
+        workdir = os.path.join(BUILD, "tmp", f"kw-{base}-{os.getpid()}")
+        os.makedirs(workdir, exist_ok=True)
+        names, unk, prop = _offered(binary, workdir, "cur")
+        assert _has_keep_writes(names, unk) and prop is True, \
+            f"{base}: KEEP_WRITES not offered by default: {names} {unk:#x}"
+        assert any(n.startswith("VIRTIO_BALLOON_F_FREE_PAGE_HINT")
+                   for n in names), names
+        names, unk, prop = _offered(binary, workdir, "old",
+                                    machine=cfg["old_machine"])
+        assert not _has_keep_writes(names, unk) and prop is False, \
+            (f"{base}: KEEP_WRITES offered on {cfg['old_machine']}: "
+             f"{names} {unk:#x}")
+        names, unk, _ = _offered(binary, workdir, "nohint",
+                                 props="free-page-hint=off")
+        assert not _has_keep_writes(names, unk), \
+            f"{base}: KEEP_WRITES offered without free-page-hint: {names}"
+        subprocess.call(["rm", "-rf", workdir])
+
+
+@tag("compat", "keep_writes")
+def test_keep_writes_old_machine_migrates_to_stock():
+    """A guest on the previous machine type migrates from our QEMU to stock
+    QEMU of the same base with hinting on, and keeps its data."""
+    for base, cfg in BASES.items():
+        binary = _ours(base)
+        seen = {}
+
+        def negotiated(vm, _res):
+            seen["features"] = harness.balloon_features(vm)
+
+        with _MachineType(cfg["old_machine"]):
+            res = migrate(f"keep-writes-{base}-old-machine-to-stock",
+                          src_bin=binary, dst_bin=cfg["stock"],
+                          balloon="intree", hint=True,
+                          scenario=Scenario("stale", mem_mib=512),
+                          on_source_ready=negotiated)
+        f = seen.get("features", "")
+        assert len(f) > FREE_PAGE_HINT_BIT and f[FREE_PAGE_HINT_BIT] == "1", \
+            f"FREE_PAGE_HINT not negotiated: features={f!r}"
+        assert len(f) <= KEEP_WRITES_BIT or f[KEEP_WRITES_BIT] == "0", \
+            f"KEEP_WRITES negotiated on {cfg['old_machine']}: {f!r}"
+        assert_intact(res, f"ours {base} ({cfg['old_machine']}) -> stock")
+        dev = res.get("device_src") or {}
+        assert dev.get("cleared-pages", 0) > 0, f"host took no hint: {dev}"
