@@ -40,13 +40,13 @@
 /* Free page reporting virtqueue */
 #define VIRTIO_BALLOON_F_REPORTING 5
 /*
- * balloon-hint extension (not in the virtio spec; bit 6 is claimed by the
- * out-of-tree WAIT_ON_ACK RFC and bit 8 by crosvm, so 7): the driver never
- * reuses a hinted page before the device has used the buffer that carried
- * it.  A device may then also drop the dirty state the guest created while
- * taking the page (allocation zeroing), see Documentation/data-safety.md.
+ * balloon-hint extension, not in the virtio spec (bit pending reservation;
+ * 6-8 are used by crosvm and proposals): the device keeps, that is logs and
+ * later sends, every guest write made after it issued a free page hint
+ * command id.  The driver may then hint free pages it does not hold (the
+ * scan mode of our guest driver).  Offered only with FREE_PAGE_HINT.
  */
-#define VIRTIO_BALLOON_F_HINT_HOLD 7
+#define VIRTIO_BALLOON_F_HINT_KEEP_WRITES 16
 
 /* PFNs on the inflate and deflate queues are in units of 4 KiB */
 #define VIRTIO_BALLOON_PFN_SHIFT 12
@@ -77,7 +77,7 @@ struct vb_wire_config {
 	__le32 poison_val;
 };
 
-/* Statistics tags (same set as Linux 6.1) */
+/* Statistics tags (same set as Linux 6.12) */
 #define VIRTIO_BALLOON_S_SWAP_IN 0
 #define VIRTIO_BALLOON_S_SWAP_OUT 1
 #define VIRTIO_BALLOON_S_MAJFLT 2
@@ -88,7 +88,13 @@ struct vb_wire_config {
 #define VIRTIO_BALLOON_S_CACHES 7
 #define VIRTIO_BALLOON_S_HTLB_PGALLOC 8
 #define VIRTIO_BALLOON_S_HTLB_PGFAIL 9
-#define VIRTIO_BALLOON_S_NR 10
+#define VIRTIO_BALLOON_S_OOM_KILL 10
+#define VIRTIO_BALLOON_S_ALLOC_STALL 11
+#define VIRTIO_BALLOON_S_ASYNC_SCAN 12
+#define VIRTIO_BALLOON_S_DIRECT_SCAN 13
+#define VIRTIO_BALLOON_S_ASYNC_RECLAIM 14
+#define VIRTIO_BALLOON_S_DIRECT_RECLAIM 15
+#define VIRTIO_BALLOON_S_NR 16
 
 /*
  * One statistics entry: 10 bytes, no padding, virtio byte order.  The
