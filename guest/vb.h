@@ -167,6 +167,8 @@ struct vb_scan_state {
 	unsigned long resume_pfn;
 	u64 pfns;
 	u64 max_hold_ns;
+	u64 holds;
+	u64 hold_ns;
 };
 
 struct vb_hint {
@@ -322,6 +324,18 @@ int vb_alloc_round(struct vb_device *vb);
 
 /* vb_fault.c: fault injection, built only with VB_FAULT_INJECT=y */
 #ifdef VB_FAULT_INJECT
+/* what a walk of all memory by the scan search cost (debugfs scan_walk) */
+struct vb_scan_walk {
+	u64 pfns;
+	u64 ns;
+	u64 max_hold_ns;
+	u64 ranges;
+	u64 free_pages;
+	u64 holds;
+	u64 hold_ns;
+};
+
+void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w);
 int vb_fault_init(struct vb_device *vb);
 void vb_fault_exit(struct vb_device *vb);
 void vb_fault_module_init(void);

@@ -12,6 +12,11 @@
  * into a block allocated here and held like any other hinted block.
  * out_of_ram points at no guest memory at all.
  *
+ * scan_walk, when read, walks all memory as a scan round would, sends
+ * nothing, and reports the PFNs walked, the time, the longest zone->lock
+ * hold and the free memory found: the cost of the search alone, on any
+ * device.
+ *
  * fail_restore accepts a count N: the next N restores (after freeze, suspend
  * or hibernation) fail after the queues were found, the way a failed
  * allocation in the restore path would.
@@ -295,6 +300,22 @@ bool vb_fault_fail_restore(struct vb_device *vb)
 	return atomic_add_unless(&vb->fault.fail_restore, -1, 0);
 }
 
+static int vb_fault_walk_show(struct seq_file *m, void *unused)
+{
+	struct vb_device *vb = m->private;
+	struct vb_scan_walk w;
+
+	mutex_lock(&vb->hint.vq_lock);
+	vb_scan_walk(vb, &w);
+	mutex_unlock(&vb->hint.vq_lock);
+	seq_printf(m, "pfns=%llu ns=%llu max_hold_ns=%llu holds=%llu hold_ns=%llu ranges=%llu free_pages=%llu\n",
+		   w.pfns, w.ns, w.max_hold_ns, w.holds, w.hold_ns, w.ranges,
+		   w.free_pages);
+	return 0;
+}
+
+DEFINE_SHOW_ATTRIBUTE(vb_fault_walk);
+
 int vb_fault_init(struct vb_device *vb)
 {
 	if (!vb_fault_root)
@@ -303,9 +324,12 @@ int vb_fault_init(struct vb_device *vb)
 					   vb_fault_root);
 	debugfs_create_file_unsafe("fail_restore", 0600, vb->fault.dir, vb,
 				   &vb_fault_restore_fops);
-	if (vb->hint.wq)
+	if (vb->hint.wq) {
 		debugfs_create_file("inject_bad_hints", 0600, vb->fault.dir,
 				    vb, &vb_fault_fops);
+		debugfs_create_file("scan_walk", 0400, vb->fault.dir, vb,
+				    &vb_fault_walk_fops);
+	}
 	return 0;
 }
 

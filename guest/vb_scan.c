@@ -128,6 +128,8 @@ static void vb_scan_step(struct vb_device *vb, struct zone *zone,
 	pfn = min(pfn, end);
 	sc->pfns += pfn - *pfnp;
 	sc->max_hold_ns = max(sc->max_hold_ns, held);
+	sc->holds++;
+	sc->hold_ns += held;
 	*pfnp = pfn;
 }
 
@@ -287,3 +289,63 @@ int vb_scan_round(struct vb_device *vb)
 	vb_scan_account(vb, t0);
 	return err;
 }
+
+#ifdef VB_FAULT_INJECT
+/*
+ * Test builds: walk all memory as a round would, queueing nothing, and
+ * report what the search alone costs (debugfs scan_walk, vb_fault.c).
+ * Caller holds vq_lock, so no round runs meanwhile.
+ */
+void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w)
+{
+	struct vb_scan_state *sc = &vb->hint.scan;
+	unsigned long pfn, end;
+	u64 t0 = local_clock();
+	struct zone *zone;
+	unsigned int i;
+	int nid, zid;
+
+	vb_core_settings_load(vb, &vb->hint.cur);
+	memset(w, 0, sizeof(*w));
+	sc->n = 0;
+	sc->nr = 0;
+	sc->pfns = 0;
+	sc->max_hold_ns = 0;
+	sc->holds = 0;
+	sc->hold_ns = 0;
+	sc->max = VB_HINT_MAX_BPC;
+	for_each_online_node(nid) {
+		for (zid = 0; zid < MAX_NR_ZONES; zid++) {
+			zone = &NODE_DATA(nid)->node_zones[zid];
+			if (!populated_zone(zone))
+				continue;
+			pfn = zone->zone_start_pfn;
+			end = zone_end_pfn(zone);
+			while (pfn < end) {
+				vb_scan_step(vb, zone, &pfn, end);
+				if (sc->n == sc->max) {
+					for (i = 0; i < sc->n; i++)
+						w->free_pages += sc->r_nr[i];
+					w->ranges += sc->n;
+					sc->n = 0;
+				}
+				cond_resched();
+			}
+		}
+	}
+	if (sc->nr && sc->n == sc->max)
+		sc->n = 0;
+	vb_scan_close(sc);
+	for (i = 0; i < sc->n; i++)
+		w->free_pages += sc->r_nr[i];
+	w->ranges += sc->n;
+	sc->n = 0;
+	memset(sc->open_by_order, 0, sizeof(sc->open_by_order));
+	memset(sc->pend_by_order, 0, sizeof(sc->pend_by_order));
+	w->pfns = sc->pfns;
+	w->ns = local_clock() - t0;
+	w->max_hold_ns = sc->max_hold_ns;
+	w->holds = sc->holds;
+	w->hold_ns = sc->hold_ns;
+}
+#endif
