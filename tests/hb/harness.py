@@ -511,7 +511,7 @@ DATALOSS_SCENARIOS = {
 DATALOSS_DRIVERS = {
     "intree": ("intree", ""),
     "ours": ("ours", ""),                       # scan mode, the default
-    "ours_alloc": ("ours", "hint_mode=alloc"),  # alloc mode + HINT_HOLD
+    "ours_alloc": ("ours", "hint_mode=alloc"),  # alloc mode
 }
 
 
