@@ -47,6 +47,7 @@
  */
 #define VB_SCAN_STEPS_PER_LOCK		64UL
 #define VB_SCAN_MAX_RANGE		(1UL << (30 - PAGE_SHIFT))
+#define VB_SCAN_HOLD_HIST		16
 /* Upper bounds of the batching knobs */
 #define VB_HINT_MAX_BPC		64
 #define VB_HINT_MAX_CPK		256
@@ -169,6 +170,8 @@ struct vb_scan_state {
 	u64 max_hold_ns;
 	u64 holds;
 	u64 hold_ns;
+	/* holds by duration: [i] counts holds of [2^i, 2^(i+1)) us, [0] < 2 us */
+	u32 hold_hist[VB_SCAN_HOLD_HIST];
 };
 
 struct vb_hint {
@@ -333,6 +336,7 @@ struct vb_scan_walk {
 	u64 free_pages;
 	u64 holds;
 	u64 hold_ns;
+	u32 hold_hist[VB_SCAN_HOLD_HIST];
 };
 
 void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w);

@@ -304,13 +304,17 @@ static int vb_fault_walk_show(struct seq_file *m, void *unused)
 {
 	struct vb_device *vb = m->private;
 	struct vb_scan_walk w;
+	int i;
 
 	mutex_lock(&vb->hint.vq_lock);
 	vb_scan_walk(vb, &w);
 	mutex_unlock(&vb->hint.vq_lock);
-	seq_printf(m, "pfns=%llu ns=%llu max_hold_ns=%llu holds=%llu hold_ns=%llu ranges=%llu free_pages=%llu\n",
+	seq_printf(m, "pfns=%llu ns=%llu max_hold_ns=%llu holds=%llu hold_ns=%llu ranges=%llu free_pages=%llu hold_us_log2=",
 		   w.pfns, w.ns, w.max_hold_ns, w.holds, w.hold_ns, w.ranges,
 		   w.free_pages);
+	for (i = 0; i < VB_SCAN_HOLD_HIST; i++)
+		seq_printf(m, "%s%u", i ? "," : "", w.hold_hist[i]);
+	seq_putc(m, '\n');
 	return 0;
 }
 

@@ -459,7 +459,7 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 	/*
 	 * The host issues a command id right after a dirty bitmap sync.  A
 	 * host that does not re-arm its write tracking at the sync (stock
-	 * QEMU 7.2 under TCG, fixed by our series' patch 1) does not log a
+	 * QEMU 7.2 under TCG, fixed by our QEMU series) does not log a
 	 * store made through a TLB entry that was filled before the sync, so
 	 * a page we report, then reuse, could lose that store.  Flushing every
 	 * CPU's TLB before we look for free memory makes every store after

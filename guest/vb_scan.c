@@ -41,6 +41,7 @@
 #include <linux/sched.h>
 #include <linux/sched/clock.h>
 #include <linux/spinlock.h>
+#include <linux/log2.h>
 
 #include "vb.h"
 
@@ -130,6 +131,8 @@ static void vb_scan_step(struct vb_device *vb, struct zone *zone,
 	sc->max_hold_ns = max(sc->max_hold_ns, held);
 	sc->holds++;
 	sc->hold_ns += held;
+	sc->hold_hist[min_t(unsigned int, ilog2((held >> 10) | 1),
+			    VB_SCAN_HOLD_HIST - 1)]++;
 	*pfnp = pfn;
 }
 
@@ -313,6 +316,7 @@ void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w)
 	sc->max_hold_ns = 0;
 	sc->holds = 0;
 	sc->hold_ns = 0;
+	memset(sc->hold_hist, 0, sizeof(sc->hold_hist));
 	sc->max = VB_HINT_MAX_BPC;
 	for_each_online_node(nid) {
 		for (zid = 0; zid < MAX_NR_ZONES; zid++) {
@@ -347,5 +351,6 @@ void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w)
 	w->max_hold_ns = sc->max_hold_ns;
 	w->holds = sc->holds;
 	w->hold_ns = sc->hold_ns;
+	memcpy(w->hold_hist, sc->hold_hist, sizeof(w->hold_hist));
 }
 #endif
