@@ -306,16 +306,21 @@ def test_memory_hotplug_while_searching():
 
 @tag("driver", "contract", "migrate")
 def test_migrate_our_driver_each_kernel():
-    """Our driver on each guest kernel, migrated by our QEMU with hinting:
-    data intact, both consoles clean.  On stock QEMU the run is a
+    """Our driver on each guest kernel, migrated by our QEMU with hinting
+    (alloc mode; scan mode on a build offering HINT_KEEP_WRITES): data
+    intact, both consoles clean.  On stock QEMU the run is a
     reference (stock 7.2's own TCG bug applies) and only counted."""
     for series in SERIES:
         _need(series)
         old = os.environ.get("HB_GUEST")
         os.environ["HB_GUEST"] = series
         try:
-            for name, binary in (("ours", harness.OUR_QEMU),
-                                 ("stock", harness.STOCK_QEMU)):
+            hosts = [("ours", harness.OUR_QEMU),
+                     ("stock", harness.STOCK_QEMU)]
+            kw = _keep_writes_qemu()
+            if kw and kw != harness.OUR_QEMU:
+                hosts.append(("keep_writes", kw))
+            for name, binary in hosts:
                 if not os.access(binary, os.X_OK):
                     continue
                 res = migrate(f"ct-{series}-{name}", src_bin=binary,
@@ -327,9 +332,11 @@ def test_migrate_our_driver_each_kernel():
                         CURRENT.add("stock_losses")
                     assert res["status"] == "completed", res.get("error")
                     continue
-                assert_intact(res, f"our driver on {series}, our QEMU")
+                assert_intact(res, f"our driver on {series}, {name} QEMU")
                 g = res.get("guest_hint") or {}
                 assert g.get("bytes_hinted", 0) > 0, g
+                want = "scan" if _offers_keep_writes(binary) else "alloc"
+                assert g.get("mode") == want, (name, g)
         finally:
             if old is None:
                 os.environ.pop("HB_GUEST", None)
