@@ -143,7 +143,7 @@ def test_install_refuses_the_test_build():
     assert r.returncode == 0, r.stderr[-2000:]
     info = sh(f"modinfo -p {d}/guest/virtio_balloon.ko").stdout
     assert "fault_inject" in info, info
-    r = sh(f"make -C {d}/guest install KVER={kver} "
+    r = sh(f"make -C {d}/guest install KVER={kver} VB_FAULT_INJECT=y "
            f"INSTALL_DIR={d}/inst")
     assert r.returncode != 0 and "refusing" in r.stdout, r.stdout
     assert not os.path.exists(f"{d}/inst/virtio_balloon.ko")
