@@ -297,8 +297,9 @@ def test_hint_mode_rules():
 def test_hint_round_counters_with_stock_qemu_alloc_mode():
     """Alloc mode with stock QEMU: the driver answers the host's command,
     takes blocks (of the largest order only, by default), holds them
-    (MemFree drops), counts them, and gets all of them back on DONE.  The migration goes to a throttled sink
-    and is cancelled once the round is over (stock sends DONE on cancel),
+    (MemFree drops), counts them, and gets all of them back on DONE.  The
+    migration goes to a throttled sink and is cancelled once the round is
+    over (stock sends DONE on cancel),
     so the stock destination bug does not get in the way: everything is
     read in the running source guest."""
     with _Guest(qemu="stock", balloon_args="hint_mode=alloc") as vm:

@@ -261,47 +261,50 @@ _DIMM_BLOCKS = ("bs=$((0x$(cat /sys/devices/system/memory/block_size_bytes)));"
 
 @tag("driver", "contract")
 def test_memory_hotplug_while_searching():
-    """Hot-add a 512 MiB DIMM, then search free memory (scan walks of the
-    test build, in a loop, and alloc rounds of a migration) while its
-    memory is used, taken offline by the guest, and hot-removed: the walk
-    covers the DIMM while it is there and skips it after, and the guest
-    logs no error.  (QEMU refuses device_del during a migration, so the
-    rounds run while the guest offlines the memory, the walks during the
-    removal too.)"""
+    """Each guest kernel: hot-add a 512 MiB DIMM, then search free memory
+    (scan walks of the test build, in a loop, and alloc rounds of a
+    migration) while its memory is used, taken offline by the guest, and
+    hot-removed: the walk covers the DIMM while it is there and skips it
+    after, and the guest logs no error.  (QEMU refuses device_del during a
+    migration, so the rounds run while the guest offlines the memory, the
+    walks during the removal too.)"""
     extra = ["-m", "1024,slots=2,maxmem=2048M"]
-    with Guest("6.12", extra_args=extra,
-               kernel_args="memhp_default_state=online_movable") as vm:
-        walk = f"cat {DEBUGFS}/*/scan_walk"
+    for series in SERIES:
+        with Guest(series, extra_args=extra,
+                   kernel_args="memhp_default_state=online_movable") as vm:
+            walk = f"cat {DEBUGFS}/*/scan_walk"
 
-        def walk_pfns():
-            _, out = vm.guest.run(walk)
-            kv = dict(w.split("=", 1) for w in out[0].split())
-            return int(kv["pfns"])
-        before = walk_pfns()
-        vm.qmp("object-add", **{"qom-type": "memory-backend-ram",
-                                "id": "hpm0", "size": 512 << 20})
-        vm.qmp("device_add", driver="pc-dimm", id="hpd0", memdev="hpm0")
-        _wait(lambda: walk_pfns() >= before + (500 << 8), 60,
-              "the walk to cover the new DIMM")
-        _, blocks = vm.guest.run(_DIMM_BLOCKS)
-        assert blocks, "no memory block of the DIMM"
-        vm.guest.run(f"(while :; do {walk}; done) > /dev/null 2>&1 & "
-                     "echo $! > /tmp/walker")
-        _start_round(vm)
-        vm.guest.hbwork("fill 900 7")
-        rc, out = vm.guest.run(" ; ".join(f"echo offline > {b}/state"
-                                          for b in blocks), check=False)
-        _, states = vm.guest.run(f"cat {' '.join(b + '/state' for b in blocks)}")
-        assert states.count("offline") >= 1, (rc, out, states)
-        _cancel(vm)
-        vm.qmp("device_del", id="hpd0")
-        _wait(lambda: not vm.qmp("query-memory-devices"), 120,
-              "the DIMM to be removed")
-        vm.qmp("object-del", id="hpm0")
-        vm.guest.run("kill $(cat /tmp/walker)")
-        _wait(lambda: walk_pfns() < before + (256 << 8), 60,
-              "the walk to skip the removed DIMM")
-        CURRENT.facts["hotplug_blocks_offlined"] = states.count("offline")
+            def walk_pfns():
+                _, out = vm.guest.run(walk)
+                kv = dict(w.split("=", 1) for w in out[0].split())
+                return int(kv["pfns"])
+            before = walk_pfns()
+            vm.qmp("object-add", **{"qom-type": "memory-backend-ram",
+                                    "id": "hpm0", "size": 512 << 20})
+            vm.qmp("device_add", driver="pc-dimm", id="hpd0", memdev="hpm0")
+            _wait(lambda: walk_pfns() >= before + (500 << 8), 60,
+                  "the walk to cover the new DIMM")
+            _, blocks = vm.guest.run(_DIMM_BLOCKS)
+            assert blocks, "no memory block of the DIMM"
+            vm.guest.run(f"(while :; do {walk}; done) > /dev/null 2>&1 & "
+                         "echo $! > /tmp/walker")
+            _start_round(vm)
+            vm.guest.hbwork("fill 900 7")
+            rc, out = vm.guest.run(" ; ".join(f"echo offline > {b}/state"
+                                              for b in blocks), check=False)
+            _, states = vm.guest.run(
+                "cat " + " ".join(b + "/state" for b in blocks))
+            assert states.count("offline") >= 1, (rc, out, states)
+            _cancel(vm)
+            vm.qmp("device_del", id="hpd0")
+            _wait(lambda: not vm.qmp("query-memory-devices"), 120,
+                  "the DIMM to be removed")
+            vm.qmp("object-del", id="hpm0")
+            vm.guest.run("kill $(cat /tmp/walker)")
+            _wait(lambda: walk_pfns() < before + (256 << 8), 60,
+                  "the walk to skip the removed DIMM")
+            CURRENT.facts[f"hotplug_offlined_{series}"] = \
+                states.count("offline")
 
 
 @tag("driver", "contract", "migrate")
