@@ -6,7 +6,7 @@ PY := /usr/bin/python3
 INITRD := build/initramfs.cpio.gz
 KVER ?= $(shell scripts/guest-kver.sh 2>/dev/null)
 
-.PHONY: all setup qemu qemu-asan guest image lint check demo bench soak \
+.PHONY: all setup qemu qemu-asan guest image images lint check demo bench soak \
 	reliability long clean
 
 all: qemu guest image
@@ -20,14 +20,39 @@ qemu: setup
 qemu-asan: setup
 	@SANITIZE=1 bash scripts/build-qemu.sh
 
+# guest/virtio_balloon.ko for KVER (default: the newest guest kernel with
+# headers), as `make install` and DKMS build it: no fault injection.
 guest: setup
 	@$(MAKE) --no-print-directory -C guest KVER=$(KVER)
 
+# The test image of KVER: build/initramfs-KVER.cpio.gz with the test build
+# of our driver (fault injection on), built in its own copy of the source
+# (build/mod-KVER) so both kernels' modules coexist.  The default kernel's
+# image is also build/initramfs.cpio.gz.  `make image KVER=$(scripts/
+# guest-kver.sh 6.1)` builds the 6.1 one; `make images` both series.
+DEFAULT_KVER := $(shell scripts/guest-kver.sh 2>/dev/null)
+MODDIR = build/mod-$(KVER)
 image: guest
-	@bash scripts/mk-initramfs.sh $(INITRD) guest/virtio_balloon.ko
+	@rm -rf $(MODDIR) && mkdir -p $(MODDIR)/guest $(MODDIR)/include
+	@cp guest/Kbuild guest/Makefile guest/dkms.conf guest/*.c guest/*.h $(MODDIR)/guest/
+	@cp include/*.h $(MODDIR)/include/
+	@rm -f $(MODDIR)/guest/*.mod.c
+	@nice -n 10 $(MAKE) --no-print-directory -C $(MODDIR)/guest KVER=$(KVER) \
+		VB_FAULT_INJECT=y >/dev/null
+	@KVER=$(KVER) bash scripts/mk-initramfs.sh build/initramfs-$(KVER).cpio.gz \
+		$(MODDIR)/guest/virtio_balloon.ko
+	@if [ "$(KVER)" = "$(DEFAULT_KVER)" ]; then \
+		ln -sf initramfs-$(KVER).cpio.gz $(INITRD); fi
+
+images: setup
+	@for s in 6.1 6.12; do \
+		$(MAKE) --no-print-directory image KVER=$$(scripts/guest-kver.sh $$s) || exit 1; \
+	done
 
 lint: setup qemu
-	@$(MAKE) --no-print-directory -C guest lint
+	@for s in 6.1 6.12; do \
+		$(MAKE) --no-print-directory -C guest lint \
+			KVER=$$(scripts/guest-kver.sh $$s) || exit 1; done
 	@$(PY) tests/run.py --tag lint
 
 # All tests but the long ones; the runner's last line is

@@ -4,7 +4,8 @@
  *
  * VB_KVER_NUM is passed by Kbuild as (VERSION << 16) + (PATCHLEVEL << 8) of
  * the kernel we build against, so 6.1 is 0x060100.  The rest of the driver
- * never tests a version; it uses the helpers below.  The primary target is Linux 6.1.
+ * never tests a version; it uses the helpers below.  Supported: Linux 6.1
+ * (Debian 12) and 6.12 (Debian 13, bookworm-backports).
  */
 #ifndef VB_COMPAT_H
 #define VB_COMPAT_H
@@ -13,6 +14,7 @@
 #include <linux/mm.h>
 #include <linux/shrinker.h>
 #include <linux/page_reporting.h>
+#include <linux/virtio_config.h>
 
 #ifndef VB_KVER_NUM
 #error "VB_KVER_NUM must be set by Kbuild"
@@ -133,6 +135,35 @@ static inline void vb_compat_flush_tlb_all(void)
 {
 }
 #endif
+
+/*
+ * virtio_find_vqs(): parallel arrays of callbacks and names until 6.10, one
+ * array of struct virtqueue_info since 6.11.  A NULL name takes no queue
+ * index in both forms.
+ */
+#define VB_COMPAT_MAX_VQS	8
+
+static inline int vb_compat_find_vqs(struct virtio_device *vdev,
+				     unsigned int nvqs,
+				     struct virtqueue *vqs[],
+				     vq_callback_t *callbacks[],
+				     const char *names[])
+{
+#if VB_KVER_NUM >= 0x060b00
+	struct virtqueue_info info[VB_COMPAT_MAX_VQS] = {};
+	unsigned int i;
+
+	if (WARN_ON(nvqs > VB_COMPAT_MAX_VQS))
+		return -EINVAL;
+	for (i = 0; i < nvqs; i++) {
+		info[i].name = names[i];
+		info[i].callback = callbacks[i];
+	}
+	return virtio_find_vqs(vdev, nvqs, vqs, info, NULL);
+#else
+	return virtio_find_vqs(vdev, nvqs, vqs, callbacks, names, NULL);
+#endif
+}
 
 /* page_reporting_dev_info.order exists since 5.14 */
 static inline void vb_compat_pr_set_order(struct page_reporting_dev_info *pr,

@@ -4,8 +4,10 @@
  *
  * See the design comment at the top of vb_core.c for the modes and units.
  * One struct vb_device exists per virtio balloon device; every function is
- * prefixed by its concern: vb_core_, vb_inflate_, vb_stats_, vb_oom_,
- * vb_hint_, vb_report_, vb_sysfs_, vb_fault_.
+ * prefixed by its concern: vb_core_ (probe, PM, settings, mode rule),
+ * vb_inflate_, vb_stats_, vb_oom_, vb_hint_ (round engine), vb_scan_ and
+ * vb_alloc_ (the two searches for free memory), vb_report_, vb_sysfs_,
+ * vb_fault_ (test builds only).
  */
 #ifndef VB_H
 #define VB_H
@@ -38,9 +40,14 @@
 /* Hinting: orders are buddy orders, 0 .. VB_HINT_MAX_ORDER */
 #define VB_HINT_MAX_ORDER	VB_MAX_BUDDY_ORDER
 #define VB_HINT_NR_ORDERS	(VB_HINT_MAX_ORDER + 1)
-/* Scan mode: PFNs examined per hold of zone->lock, largest merged range */
-#define VB_HINT_SCAN_PFNS_PER_LOCK	1024UL
-#define VB_HINT_SCAN_MAX_RANGE		(1UL << (30 - PAGE_SHIFT))
+/*
+ * Scan mode: PFN steps (a free block of any order is one step) per hold of
+ * zone->lock, as mm/page_reporting and compaction bound theirs; largest
+ * merged range.
+ */
+#define VB_SCAN_STEPS_PER_LOCK		64UL
+#define VB_SCAN_MAX_RANGE		(1UL << (30 - PAGE_SHIFT))
+#define VB_SCAN_HOLD_HIST		16
 /* Upper bounds of the batching knobs */
 #define VB_HINT_MAX_BPC		64
 #define VB_HINT_MAX_CPK		256
@@ -55,9 +62,11 @@ enum {
 	VB_HINT_F_STOPPING,
 	/* run the worker again when the device uses a buffer */
 	VB_HINT_F_RETRY,
+	/* system sleep is being prepared: end rounds, start none */
+	VB_HINT_F_PM_PAUSE,
 };
 
-/* Fault kinds for the host tests (debugfs inject_bad_hints) */
+/* Fault kinds for the host tests (debugfs inject_bad_hints, test builds) */
 enum vb_fault {
 	VB_FAULT_ZERO_LEN,
 	VB_FAULT_OUT_OF_RAM,
@@ -71,19 +80,30 @@ enum vb_fault {
 /*
  * How a round finds free memory (see the design comment in vb_hint.c):
  * scan reports free buddy blocks where they are, alloc takes them from the
- * allocator and holds them until DONE.
+ * allocator and holds them until DONE.  AUTO is only ever requested: the
+ * core resolves it to SCAN or ALLOC per device (vb_core_hint_mode()).
  */
 enum vb_hint_mode {
 	VB_HINT_MODE_SCAN,
 	VB_HINT_MODE_ALLOC,
+	VB_HINT_MODE_AUTO,
 	VB_HINT_NR_MODES,
 };
 
-/* Knobs of the hint engine; validated on write, copied at round start */
+/*
+ * The settings of one device, owned by vb_core.c: sysfs validates a knob
+ * and stores it through vb_core_settings_store(), a round works on a copy
+ * taken by vb_core_settings_load() when it starts.  Every member is an
+ * unsigned int (vb_sysfs.c walks them by offset).
+ */
 struct vb_hint_settings {
 	unsigned int enabled;
+	/* requested mode: enum vb_hint_mode, AUTO included */
 	unsigned int mode;
+	/* smallest order scan reports */
 	unsigned int min_order;
+	/* smallest order alloc takes (default: the largest, as mainline) */
+	unsigned int alloc_min_order;
 	unsigned int blocks_per_chain;
 	unsigned int chains_per_kick;
 	unsigned int reserve_kb;
@@ -102,6 +122,14 @@ struct vb_hint_stats {
 	u64 blocks_returned_early;
 	u64 ring_full_waits;
 	u64 last_round_ns;
+	/* scan: PFNs the last round walked, and the time it took */
+	u64 round_pfns;
+	u64 round_scan_ns;
+	/* scan: longest zone->lock hold (IRQs off), last round and ever */
+	u64 round_max_hold_ns;
+	u64 max_hold_ns;
+	/* rounds ended because they waited too long for the device */
+	u64 rounds_timed_out;
 	u32 cmd_id;
 };
 
@@ -120,12 +148,13 @@ struct vb_hint_chain {
 };
 
 /*
- * Scan mode state of the running round (worker only).  Free blocks found
- * next to each other are merged into the open range; closed ranges wait in
- * r_pfn/r_nr until a chain is queued.  Blocks are counted per order:
- * open_by_order for the open range, pend_by_order for the closed ranges.
+ * Scan mode state (worker only).  Free blocks found next to each other are
+ * merged into the open range; closed ranges wait in r_pfn/r_nr until a
+ * chain is queued.  Blocks are counted per order: open_by_order for the
+ * open range, pend_by_order for the closed ranges.  A round resumes at
+ * (resume_nid, resume_zid, resume_pfn), where the last one stopped.
  */
-struct vb_hint_scan {
+struct vb_scan_state {
 	unsigned long start;
 	unsigned long nr;
 	unsigned long r_pfn[VB_HINT_MAX_BPC];
@@ -134,6 +163,15 @@ struct vb_hint_scan {
 	unsigned int max;
 	u64 open_by_order[VB_HINT_NR_ORDERS];
 	u64 pend_by_order[VB_HINT_NR_ORDERS];
+	int resume_nid;
+	int resume_zid;
+	unsigned long resume_pfn;
+	u64 pfns;
+	u64 max_hold_ns;
+	u64 holds;
+	u64 hold_ns;
+	/* holds by duration: [i] counts holds of [2^i, 2^(i+1)) us, [0] < 2 us */
+	u32 hold_hist[VB_SCAN_HOLD_HIST];
 };
 
 struct vb_hint {
@@ -162,13 +200,14 @@ struct vb_hint {
 	u32 cmd_id_active;
 	/* a previously used id, for the stale_id fault */
 	u32 cmd_id_previous;
-	/* settings of the running round */
+	/* settings of the running round, and its mode (SCAN or ALLOC) */
 	struct vb_hint_settings cur;
+	unsigned int cur_mode;
 	struct vb_compat_shrinker shrinker;
 	bool shrinker_registered;
 	/* scratch scatterlist of the worker (under vq_lock) */
 	struct scatterlist sg[VB_HINT_MAX_BPC];
-	struct vb_hint_scan scan;
+	struct vb_scan_state scan;
 	struct vb_hint_stats stats;
 };
 
@@ -179,6 +218,8 @@ struct vb_fault_state {
 	unsigned long pending;
 	/* number of injected faults per kind */
 	atomic64_t injected[VB_FAULT_NR];
+	/* restores left to fail (debugfs fail_restore) */
+	atomic_t fail_restore;
 };
 
 struct vb_device {
@@ -213,17 +254,25 @@ struct vb_device {
 	/* free page hinting */
 	struct vb_hint hint;
 
-	/* sysfs knobs: settings_lock protects settings */
+	/* settings (vb_core.c): settings_lock protects them */
 	struct mutex settings_lock;
 	struct vb_hint_settings settings;
 	bool sysfs_registered;
 
+	/* ends hint rounds before the freezer runs */
+	struct notifier_block pm_nb;
+	bool pm_registered;
+
 	struct vb_fault_state fault;
 };
 
-/* module parameters (vb_core.c) */
-extern bool vb_param_fault_inject;
+/* vb_core.c: settings and the mode rule */
 void vb_core_default_settings(struct vb_hint_settings *s);
+void vb_core_settings_load(struct vb_device *vb, struct vb_hint_settings *out);
+void vb_core_settings_store(struct vb_device *vb, size_t offset,
+			    unsigned int val);
+const char *vb_core_scan_refusal(struct vb_device *vb);
+unsigned int vb_core_hint_mode(struct vb_device *vb, unsigned int requested);
 
 static inline bool vb_has(const struct vb_device *vb, unsigned int fbit)
 {
@@ -243,21 +292,71 @@ int vb_stats_prime(struct vb_device *vb);
 int vb_oom_register(struct vb_device *vb);
 void vb_oom_unregister(struct vb_device *vb);
 
-/* vb_hint.c */
-bool vb_hint_mode_allowed(struct vb_device *vb, unsigned int mode);
+/* vb_hint.c: the round engine, used by vb_core.c */
 int vb_hint_init(struct vb_device *vb);
 void vb_hint_exit(struct vb_device *vb);
 void vb_hint_attach_vq(struct vb_device *vb, struct virtqueue *vq);
 void vb_hint_vq_done(struct virtqueue *vq);
 void vb_hint_config_changed(struct vb_device *vb);
+void vb_hint_pm_pause(struct vb_device *vb, bool pause);
 void vb_hint_quiesce(struct vb_device *vb);
 void vb_hint_release_after_reset(struct vb_device *vb);
 void vb_hint_resume(struct vb_device *vb);
 void vb_hint_stats_snapshot(struct vb_device *vb, struct vb_hint_stats *out);
+
+/* vb_hint.c: used by the searches and the fault injection */
+struct vb_hint_chain *vb_hint_chain_alloc(void);
+void vb_hint_chain_add_block(struct vb_hint_chain *c, struct page *page);
+unsigned int vb_hint_block_order(struct page *page);
+void vb_hint_block_list_free(struct list_head *list);
+bool vb_hint_round_must_stop(struct vb_device *vb);
+bool vb_hint_wait_room(struct vb_device *vb, unsigned int need,
+		       bool in_round);
+int vb_hint_queue(struct vb_device *vb, struct vb_hint_chain *c,
+		  struct scatterlist *sgs[], unsigned int out, unsigned int in);
+void vb_hint_count_chain(struct vb_hint *h, unsigned int ranges, u64 bytes,
+			 const u64 *by_order);
+void vb_hint_chain_queued(struct vb_hint *h, unsigned int *chains);
+bool vb_hint_drain(struct vb_device *vb, unsigned int ms, bool stop_on_cmd,
+		   u32 id);
+#define VB_HINT_CMD_WAIT_MS	1000
+
+/* vb_scan.c, vb_alloc.c: one round of each search */
+int vb_scan_round(struct vb_device *vb);
+int vb_alloc_round(struct vb_device *vb);
+
+/* vb_fault.c: fault injection, built only with VB_FAULT_INJECT=y */
+#ifdef VB_FAULT_INJECT
+/* what a walk of all memory by the scan search cost (debugfs scan_walk) */
+struct vb_scan_walk {
+	u64 pfns;
+	u64 ns;
+	u64 max_hold_ns;
+	u64 ranges;
+	u64 free_pages;
+	u64 holds;
+	u64 hold_ns;
+	u32 hold_hist[VB_SCAN_HOLD_HIST];
+};
+
+void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w);
 int vb_fault_init(struct vb_device *vb);
 void vb_fault_exit(struct vb_device *vb);
 void vb_fault_module_init(void);
 void vb_fault_module_exit(void);
+void vb_fault_inject_round(struct vb_device *vb);
+bool vb_fault_fail_restore(struct vb_device *vb);
+#else
+static inline int vb_fault_init(struct vb_device *vb) { return 0; }
+static inline void vb_fault_exit(struct vb_device *vb) { }
+static inline void vb_fault_module_init(void) { }
+static inline void vb_fault_module_exit(void) { }
+static inline void vb_fault_inject_round(struct vb_device *vb) { }
+static inline bool vb_fault_fail_restore(struct vb_device *vb)
+{
+	return false;
+}
+#endif
 
 /* vb_report.c */
 void vb_report_validate(struct virtio_device *vdev);
@@ -268,7 +367,6 @@ void vb_report_unregister(struct vb_device *vb);
 /* vb_sysfs.c */
 int vb_sysfs_init(struct vb_device *vb);
 void vb_sysfs_exit(struct vb_device *vb);
-void vb_sysfs_snapshot(struct vb_device *vb, struct vb_hint_settings *out);
 int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb);
 int vb_sysfs_parse_mode(const char *str);
 

@@ -19,15 +19,20 @@
  *    without it, ballooned pages are removed from the managed page count.
  *  - FREE_PAGE_HINT: during migration the host asks for free memory by
  *    writing a command id; we tell it which guest memory is free
- *    (vb_hint.c).  Two hint modes: "scan" (default) reads the buddy
- *    allocator's free blocks where they are and reports them, merged into
- *    ranges, without taking them: nothing is allocated, zeroed or held.
- *    "alloc" takes free blocks from the allocator, as the in-tree driver
- *    does, and holds them until the host says DONE (used when the guest
- *    poisons or zeroes free pages, where scan is not allowed).  Both go
- *    down to min_order, put several blocks in a descriptor chain, never
- *    spin on a full ring; alloc keeps a headroom reserve and returns a
- *    block only after the device has used the descriptor that carried it.
+ *    (vb_hint.c, the round engine).  Two searches: "alloc" (vb_alloc.c)
+ *    takes free blocks from the allocator, as the in-tree driver does, and
+ *    holds them until the host says DONE; it is safe on every device.
+ *    "scan" (vb_scan.c) reports the buddy allocator's free blocks where
+ *    they are, merged into ranges, without taking them: nothing is
+ *    allocated, zeroed or held.  Scan is safe only when the device keeps
+ *    every write made after it issued the command id, which it promises by
+ *    offering HINT_KEEP_WRITES (bit 16, a balloon-hint extension).  The
+ *    mode rule (vb_core_hint_mode()): "auto" (the default) is scan when
+ *    HINT_KEEP_WRITES was negotiated, the ring does not go through the DMA
+ *    API (a bounce buffer copied back over a reused page would corrupt it)
+ *    and free pages have no content the guest relies on (page poisoning,
+ *    init_on_free); otherwise alloc.  Asking for scan where it is not safe
+ *    fails with -EINVAL.
  *  - PAGE_POISON / REPORTING: free page reporting through mm/page_reporting
  *    with the in-tree page-poison rules (vb_report.c).
  *
@@ -49,10 +54,26 @@
  * gets a NULL name and takes no index, so the indices are compacted (the
  * hint queue is index 2 without STATS_VQ, 3 with it).
  *
+ * Settings: the hint settings of a device (struct vb_hint_settings) are
+ * owned here.  Module parameters give their defaults; sysfs validates a
+ * knob and stores it with vb_core_settings_store(); a round copies them
+ * with vb_core_settings_load() when it starts.
+ *
+ * Sleep: freeze resets the device and deletes the queues; restore builds
+ * them again.  A restore that fails leaves no queue pointer behind, so a
+ * later freeze, restore or remove finds a device with no queues.  A PM
+ * notifier ends hint rounds before the freezer runs.
+ *
  * Locking: balloon_lock for inflate/deflate, stop_update_lock against the
  * config interrupt, hint.vq_lock serializes the free page vq, hint.lock
  * (spinlock, never held while allocating) protects hint block lists and
- * counters, settings_lock protects the sysfs settings.
+ * counters, settings_lock protects the settings.
+ *
+ * Module parameters (defaults of every device's settings, see
+ * Documentation/guest-driver.md): hint_enabled, hint_mode (auto, scan,
+ * alloc), hint_min_order (scan), hint_alloc_min_order (alloc),
+ * hint_blocks_per_chain, hint_chains_per_kick, hint_reserve_kb,
+ * hint_drop_cache; fault_inject in test builds only (vb_fault.c).
  */
 
 #include <linux/module.h>
@@ -60,6 +81,9 @@
 #include <linux/mm.h>
 #include <linux/virtio.h>
 #include <linux/virtio_config.h>
+#include <linux/suspend.h>
+#include <linux/mm.h>
+#include <xen/xen.h>
 #include <uapi/linux/virtio_ring.h>
 
 #include "vb.h"
@@ -72,12 +96,17 @@ MODULE_PARM_DESC(hint_enabled, "Answer free page hint requests (default: 1)");
 static char *hint_mode = "auto";
 module_param(hint_mode, charp, 0444);
 MODULE_PARM_DESC(hint_mode,
-		 "How free memory is found: scan, alloc, or auto = scan unless free pages are poisoned or zeroed on free (default: auto)");
+		 "How free memory is found: scan, alloc, or auto = scan when the device keeps writes made after the command id (HINT_KEEP_WRITES), else alloc (default: auto)");
 
 static uint hint_min_order;
 module_param(hint_min_order, uint, 0444);
 MODULE_PARM_DESC(hint_min_order,
-		 "Smallest buddy order hinted, 0..MAX_ORDER-1 (default: 0)");
+		 "Smallest buddy order scan reports, 0..MAX_ORDER-1 (default: 0)");
+
+static uint hint_alloc_min_order = VB_HINT_MAX_ORDER;
+module_param(hint_alloc_min_order, uint, 0444);
+MODULE_PARM_DESC(hint_alloc_min_order,
+		 "Smallest buddy order alloc takes, 0..MAX_ORDER-1 (default: MAX_ORDER-1, as the in-tree driver)");
 
 static uint hint_blocks_per_chain = 16;
 module_param(hint_blocks_per_chain, uint, 0444);
@@ -99,16 +128,70 @@ module_param(hint_drop_cache, bool, 0444);
 MODULE_PARM_DESC(hint_drop_cache,
 		 "Drop clean page cache before a hint round (default: 0)");
 
-bool vb_param_fault_inject;
-module_param_named(fault_inject, vb_param_fault_inject, bool, 0444);
-MODULE_PARM_DESC(fault_inject,
-		 "Create debugfs fault injection files for host tests (default: 0)");
-
 static struct vb_hint_settings vb_core_defaults;
 
 void vb_core_default_settings(struct vb_hint_settings *s)
 {
 	*s = vb_core_defaults;
+}
+
+/* A consistent copy of the settings of @vb */
+void vb_core_settings_load(struct vb_device *vb, struct vb_hint_settings *out)
+{
+	mutex_lock(&vb->settings_lock);
+	*out = vb->settings;
+	mutex_unlock(&vb->settings_lock);
+}
+
+/* Store a validated value into the unsigned int at byte @offset */
+void vb_core_settings_store(struct vb_device *vb, size_t offset,
+			    unsigned int val)
+{
+	if (WARN_ON(offset > sizeof(vb->settings) - sizeof(val)))
+		return;
+	mutex_lock(&vb->settings_lock);
+	*(unsigned int *)((char *)&vb->settings + offset) = val;
+	mutex_unlock(&vb->settings_lock);
+}
+
+/*
+ * Does the ring go through the DMA API?  Then a device-writable buffer may
+ * be a bounce buffer that is copied back over the hinted memory when it is
+ * unmapped, long after the guest reused it.  Mirrors vring_use_dma_api():
+ * always with ACCESS_PLATFORM, and under Xen whatever was negotiated.
+ */
+static bool vb_core_ring_uses_dma_api(struct virtio_device *vdev)
+{
+	return !virtio_has_dma_quirk(vdev) || xen_domain();
+}
+
+/*
+ * Why scan must not be used, or NULL when it may.  @vb NULL: the rules that
+ * hold before any device (the guest's own page content rules).
+ */
+const char *vb_core_scan_refusal(struct vb_device *vb)
+{
+	if (page_poisoning_enabled_static())
+		return "free pages are poisoned (page_poison=1)";
+	if (want_init_on_free())
+		return "free pages are zeroed (init_on_free=1)";
+	if (!vb)
+		return NULL;
+	if (!vb_has(vb, VIRTIO_BALLOON_F_FREE_PAGE_HINT))
+		return "the device does not offer free page hinting";
+	if (!vb_has(vb, VIRTIO_BALLOON_F_HINT_KEEP_WRITES))
+		return "the device does not offer HINT_KEEP_WRITES (bit 16)";
+	if (vb_core_ring_uses_dma_api(vb->vdev))
+		return "the free page vq goes through the DMA API (bounce buffers)";
+	return NULL;
+}
+
+/* The mode a round of @vb uses for the requested mode (AUTO resolved) */
+unsigned int vb_core_hint_mode(struct vb_device *vb, unsigned int requested)
+{
+	if (requested == VB_HINT_MODE_ALLOC || vb_core_scan_refusal(vb))
+		return VB_HINT_MODE_ALLOC;
+	return VB_HINT_MODE_SCAN;
 }
 
 static int vb_core_check_params(void)
@@ -117,6 +200,7 @@ static int vb_core_check_params(void)
 		.enabled = hint_enabled,
 		.mode = vb_sysfs_parse_mode(hint_mode),
 		.min_order = hint_min_order,
+		.alloc_min_order = hint_alloc_min_order,
 		.blocks_per_chain = hint_blocks_per_chain,
 		.chains_per_kick = hint_chains_per_kick,
 		.reserve_kb = hint_reserve_kb,
@@ -144,6 +228,17 @@ static void vb_core_config_changed(struct virtio_device *vdev)
 	spin_unlock_irqrestore(&vb->stop_update_lock, flags);
 }
 
+/* Delete the queues and forget every pointer to them */
+static void vb_core_del_vqs(struct vb_device *vb)
+{
+	vb_hint_attach_vq(vb, NULL);
+	vb->vdev->config->del_vqs(vb->vdev);
+	vb->inflate_vq = NULL;
+	vb->deflate_vq = NULL;
+	vb->stats_vq = NULL;
+	vb->report_vq = NULL;
+}
+
 static int vb_core_init_vqs(struct vb_device *vb)
 {
 	struct virtqueue *vqs[VB_WIRE_VQ_MAX];
@@ -169,8 +264,8 @@ static int vb_core_init_vqs(struct vb_device *vb)
 	}
 
 	/* NULL names take no queue index: the indices are compacted */
-	err = virtio_find_vqs(vb->vdev, VB_WIRE_VQ_MAX, vqs, callbacks, names,
-			      NULL);
+	err = vb_compat_find_vqs(vb->vdev, VB_WIRE_VQ_MAX, vqs, callbacks,
+				 names);
 	if (err)
 		return err;
 
@@ -187,10 +282,8 @@ static int vb_core_init_vqs(struct vb_device *vb)
 		err = -ENOSPC;
 	if (!err && vb->stats_vq)
 		err = vb_stats_prime(vb);
-	if (err) {
-		vb_hint_attach_vq(vb, NULL);
-		vb->vdev->config->del_vqs(vb->vdev);
-	}
+	if (err)
+		vb_core_del_vqs(vb);
 	return err;
 }
 
@@ -208,18 +301,74 @@ static void vb_core_stop_updates(struct vb_device *vb, bool stop)
  */
 static void vb_core_teardown(struct vb_device *vb)
 {
-	vb_inflate_release_all(vb);
-	vb_inflate_update_actual(vb);
+	/* a failed restore left no queues, but may have left a status */
+	bool have_vqs = vb->inflate_vq;
+
+	if (have_vqs) {
+		vb_inflate_release_all(vb);
+		vb_inflate_update_actual(vb);
+	}
 
 	virtio_reset_device(vb->vdev);
 	/* the device returned or forgot every buffer: blocks are ours */
 	vb_hint_release_after_reset(vb);
+	if (have_vqs)
+		vb_core_del_vqs(vb);
+}
 
-	vb->vdev->config->del_vqs(vb->vdev);
-	vb->inflate_vq = NULL;
-	vb->deflate_vq = NULL;
-	vb->stats_vq = NULL;
-	vb->report_vq = NULL;
+/*
+ * Before the freezer runs, end a running hint round: a round waiting for
+ * the device must not keep the freezable hint workqueue from freezing.
+ */
+static int vb_core_pm_notify(struct notifier_block *nb, unsigned long action,
+			     void *unused)
+{
+	struct vb_device *vb = container_of(nb, struct vb_device, pm_nb);
+
+	switch (action) {
+	case PM_HIBERNATION_PREPARE:
+	case PM_SUSPEND_PREPARE:
+		vb_hint_pm_pause(vb, true);
+		break;
+	case PM_POST_HIBERNATION:
+	case PM_POST_SUSPEND:
+		vb_hint_pm_pause(vb, false);
+		break;
+	}
+	return NOTIFY_OK;
+}
+
+static int vb_core_pm_register(struct vb_device *vb)
+{
+	int err;
+
+	if (!vb->hint.wq)
+		return 0;
+	vb->pm_nb.notifier_call = vb_core_pm_notify;
+	err = register_pm_notifier(&vb->pm_nb);
+	vb->pm_registered = !err;
+	return err;
+}
+
+static void vb_core_pm_unregister(struct vb_device *vb)
+{
+	if (vb->pm_registered)
+		unregister_pm_notifier(&vb->pm_nb);
+	vb->pm_registered = false;
+}
+
+/* Settings of a new device: the module defaults, mode checked for it */
+static void vb_core_init_settings(struct vb_device *vb)
+{
+	const char *why;
+
+	vb_core_default_settings(&vb->settings);
+	why = vb_core_scan_refusal(vb);
+	if (vb->settings.mode == VB_HINT_MODE_SCAN && why) {
+		dev_warn(&vb->vdev->dev,
+			 "hint_mode=scan refused, using alloc: %s\n", why);
+		vb->settings.mode = VB_HINT_MODE_ALLOC;
+	}
 }
 
 static int vb_core_probe(struct virtio_device *vdev)
@@ -241,7 +390,6 @@ static int vb_core_probe(struct virtio_device *vdev)
 
 	spin_lock_init(&vb->stop_update_lock);
 	mutex_init(&vb->settings_lock);
-	vb_core_default_settings(&vb->settings);
 	vb_inflate_init(vb);
 
 	err = vb_hint_init(vb);
@@ -251,6 +399,7 @@ static int vb_core_probe(struct virtio_device *vdev)
 	err = vb_core_init_vqs(vb);
 	if (err)
 		goto out_hint;
+	vb_core_init_settings(vb);
 
 	err = vb_oom_register(vb);
 	if (err)
@@ -269,14 +418,25 @@ static int vb_core_probe(struct virtio_device *vdev)
 	if (err)
 		goto out_sysfs;
 
+	err = vb_core_pm_register(vb);
+	if (err)
+		goto out_fault;
+
 	virtio_device_ready(vdev);
 
-	if (vb_inflate_towards_target(vb))
-		vb_core_config_changed(vdev);
-	dev_info(&vdev->dev, "virtio_balloon %s: features 0x%llx\n",
-		 VB_VERSION, vdev->features);
+	/*
+	 * Look at the target and the command id now: the device may have set
+	 * them before we were ready, and will not raise an interrupt again.
+	 */
+	vb_core_config_changed(vdev);
+	dev_info(&vdev->dev, "virtio_balloon %s: features 0x%llx, hint mode %s\n",
+		 VB_VERSION, vdev->features,
+		 vb_core_hint_mode(vb, vb->settings.mode) == VB_HINT_MODE_SCAN ?
+		 "scan" : "alloc");
 	return 0;
 
+out_fault:
+	vb_fault_exit(vb);
 out_sysfs:
 	vb_sysfs_exit(vb);
 out_report:
@@ -284,8 +444,7 @@ out_report:
 out_oom:
 	vb_oom_unregister(vb);
 out_del_vqs:
-	vb_hint_attach_vq(vb, NULL);
-	vdev->config->del_vqs(vdev);
+	vb_core_del_vqs(vb);
 out_hint:
 	vb_hint_exit(vb);
 out_free:
@@ -298,6 +457,7 @@ static void vb_core_remove(struct virtio_device *vdev)
 {
 	struct vb_device *vb = vdev->priv;
 
+	vb_core_pm_unregister(vb);
 	vb_fault_exit(vb);
 	vb_sysfs_exit(vb);
 	vb_report_unregister(vb);
@@ -317,9 +477,14 @@ static int vb_core_freeze(struct virtio_device *vdev)
 {
 	struct vb_device *vb = vdev->priv;
 
-	/* the freezable workqueues are already frozen by the PM core */
+	/*
+	 * The freezable workqueues are already frozen by the PM core: drop
+	 * the balloon work they hold, restore queues it again.
+	 */
 	vb_report_unregister(vb);
 	vb_core_stop_updates(vb, true);
+	cancel_work_sync(&vb->size_work);
+	cancel_work_sync(&vb->stats_work);
 	vb_hint_quiesce(vb);
 	vb_core_teardown(vb);
 	return 0;
@@ -331,8 +496,14 @@ static int vb_core_restore(struct virtio_device *vdev)
 	int err;
 
 	err = vb_core_init_vqs(vb);
-	if (err)
+	if (!err && vb_fault_fail_restore(vb)) {
+		vb_core_del_vqs(vb);
+		err = -EIO;
+	}
+	if (err) {
+		dev_warn(&vdev->dev, "restore failed: %d\n", err);
 		return err;
+	}
 
 	vb_report_write_poison(vb);
 	err = vb_report_register(vb);
@@ -367,13 +538,6 @@ static int vb_core_validate(struct virtio_device *vdev)
 	__virtio_clear_bit(vdev, VIRTIO_RING_F_INDIRECT_DESC);
 	__virtio_clear_bit(vdev, VIRTIO_F_ACCESS_PLATFORM);
 
-	/*
-	 * HINT_HOLD promises that hinted pages stay untouched until their
-	 * buffer is used; only alloc mode holds them.  Decided once, here:
-	 * a device that negotiated it refuses a later switch to scan.
-	 */
-	if (vb_core_defaults.mode != VB_HINT_MODE_ALLOC)
-		__virtio_clear_bit(vdev, VIRTIO_BALLOON_F_HINT_HOLD);
 	return 0;
 }
 
@@ -384,7 +548,7 @@ static unsigned int vb_core_features[] = {
 	VIRTIO_BALLOON_F_FREE_PAGE_HINT,
 	VIRTIO_BALLOON_F_PAGE_POISON,
 	VIRTIO_BALLOON_F_REPORTING,
-	VIRTIO_BALLOON_F_HINT_HOLD,
+	VIRTIO_BALLOON_F_HINT_KEEP_WRITES,
 };
 
 static const struct virtio_device_id vb_core_id_table[] = {

@@ -33,6 +33,9 @@ static void vb_inflate_tell_host(struct vb_device *vb, struct virtqueue *vq)
 	unsigned int len;
 	int err;
 
+	/* no queues after a failed restore: the device is gone */
+	if (!vq)
+		return;
 	sg_init_one(&sg, vb->pfns, sizeof(vb->pfns[0]) * vb->num_pfns);
 
 	/* only one buffer is ever outstanding: the queue has room */
@@ -176,6 +179,9 @@ void vb_inflate_size_work_fn(struct work_struct *work)
 	struct vb_device *vb = container_of(work, struct vb_device, size_work);
 	s64 diff;
 
+	/* no queues after a failed restore */
+	if (!READ_ONCE(vb->inflate_vq))
+		return;
 	diff = vb_inflate_towards_target(vb);
 	if (!diff)
 		return;
@@ -284,6 +290,35 @@ static u64 vb_stats_bytes(unsigned long pages)
 	return (u64)pages << PAGE_SHIFT;
 }
 
+#ifdef CONFIG_VM_EVENT_COUNTERS
+/*
+ * Tags 10-15 (Linux 6.12's set): OOM kills, allocation stalls summed over
+ * the zones, and the pages kswapd and direct reclaim scanned and reclaimed
+ * (in bytes).  Every kernel this driver builds for counts these events.
+ */
+static unsigned int vb_stats_update_reclaim(struct vb_device *vb,
+					    unsigned int idx,
+					    const unsigned long *events)
+{
+	unsigned long stalls = 0;
+	int zid;
+
+	for (zid = 0; zid < MAX_NR_ZONES; zid++)
+		stalls += events[ALLOCSTALL_NORMAL - ZONE_NORMAL + zid];
+	vb_stats_set(vb, idx++, VIRTIO_BALLOON_S_OOM_KILL, events[OOM_KILL]);
+	vb_stats_set(vb, idx++, VIRTIO_BALLOON_S_ALLOC_STALL, stalls);
+	vb_stats_set(vb, idx++, VIRTIO_BALLOON_S_ASYNC_SCAN,
+		     vb_stats_bytes(events[PGSCAN_KSWAPD]));
+	vb_stats_set(vb, idx++, VIRTIO_BALLOON_S_DIRECT_SCAN,
+		     vb_stats_bytes(events[PGSCAN_DIRECT]));
+	vb_stats_set(vb, idx++, VIRTIO_BALLOON_S_ASYNC_RECLAIM,
+		     vb_stats_bytes(events[PGSTEAL_KSWAPD]));
+	vb_stats_set(vb, idx++, VIRTIO_BALLOON_S_DIRECT_RECLAIM,
+		     vb_stats_bytes(events[PGSTEAL_DIRECT]));
+	return idx;
+}
+#endif
+
 static unsigned int vb_stats_update(struct vb_device *vb)
 {
 	unsigned int idx = 0;
@@ -306,6 +341,7 @@ static unsigned int vb_stats_update(struct vb_device *vb)
 	vb_stats_set(vb, idx++, VIRTIO_BALLOON_S_HTLB_PGFAIL,
 		     events[HTLB_BUDDY_PGALLOC_FAIL]);
 #endif
+	idx = vb_stats_update_reclaim(vb, idx, events);
 #endif
 	si_meminfo(&si);
 	available = si_mem_available();

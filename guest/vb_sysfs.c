@@ -2,10 +2,11 @@
 /*
  * vb_sysfs.c - /sys/bus/virtio/devices/virtioN/free_page_hint/
  *
- * Knobs (read-write) live in vb->settings, a struct vb_hint_settings of
- * unsigned ints.  A write range-checks the knob written; the hint worker
- * copies the struct at the start of a round, so a write during a round takes
- * effect at the next round.
+ * Knobs (read-write) are the device's settings, a struct vb_hint_settings of
+ * unsigned ints owned by vb_core.c.  A write range-checks the knob written
+ * here and stores it through the core; a round copies the settings when it
+ * starts, so a write during a round takes effect at the next round.  "mode"
+ * reads back the mode the next round uses (auto resolved).
  * Values are unsigned decimal; anything kstrtouint() rejects, and anything
  * out of range, fails with -EINVAL and leaves the value unchanged.
  *
@@ -48,7 +49,7 @@ static unsigned int vb_sysfs_max_reserve_kb(void)
  * Is @val in range for the knob at byte @offset of the settings, for device
  * @vb (NULL: the module parameters, before any device)?  The ring size
  * bounds blocks_per_chain (one descriptor per block plus the STOP slot);
- * the mode must be one the kernel and the negotiated features allow.  No
+ * scan must be safe on this guest and device (vb_core_scan_refusal()).  No
  * knob's range depends on another knob.
  */
 static int vb_sysfs_check(struct vb_device *vb, size_t offset,
@@ -66,9 +67,11 @@ static int vb_sysfs_check(struct vb_device *vb, size_t offset,
 		ok = val <= 1;
 		break;
 	case VB_SYSFS_OFF(mode):
-		ok = vb_hint_mode_allowed(vb, val);
+		ok = val < VB_HINT_NR_MODES &&
+		     (val != VB_HINT_MODE_SCAN || !vb_core_scan_refusal(vb));
 		break;
 	case VB_SYSFS_OFF(min_order):
+	case VB_SYSFS_OFF(alloc_min_order):
 		ok = val <= VB_HINT_MAX_ORDER;
 		break;
 	case VB_SYSFS_OFF(blocks_per_chain):
@@ -84,12 +87,6 @@ static int vb_sysfs_check(struct vb_device *vb, size_t offset,
 		ok = false;
 	}
 	return ok ? 0 : -EINVAL;
-}
-
-/* The unsigned int at byte @offset of a settings struct */
-static unsigned int *vb_sysfs_field(struct vb_hint_settings *s, size_t offset)
-{
-	return (unsigned int *)((char *)s + offset);
 }
 
 /* Its value, from a settings struct the caller only reads */
@@ -113,13 +110,6 @@ int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb)
 	return 0;
 }
 
-void vb_sysfs_snapshot(struct vb_device *vb, struct vb_hint_settings *out)
-{
-	mutex_lock(&vb->settings_lock);
-	*out = vb->settings;
-	mutex_unlock(&vb->settings_lock);
-}
-
 static ssize_t vb_sysfs_knob_show(struct device *dev,
 				  struct device_attribute *attr, char *buf)
 {
@@ -128,7 +118,7 @@ static ssize_t vb_sysfs_knob_show(struct device *dev,
 	struct vb_device *vb = vb_sysfs_dev(dev);
 	struct vb_hint_settings s;
 
-	vb_sysfs_snapshot(vb, &s);
+	vb_core_settings_load(vb, &s);
 	return sysfs_emit(buf, "%u\n", vb_sysfs_value(&s, knob->offset));
 }
 
@@ -144,9 +134,7 @@ static int vb_sysfs_set(struct vb_device *vb, size_t offset, unsigned int val)
 
 	if (err)
 		return err;
-	mutex_lock(&vb->settings_lock);
-	*vb_sysfs_field(&vb->settings, offset) = val;
-	mutex_unlock(&vb->settings_lock);
+	vb_core_settings_store(vb, offset, val);
 	return 0;
 }
 
@@ -170,15 +158,19 @@ static ssize_t vb_sysfs_knob_store(struct device *dev,
 static const char * const vb_sysfs_mode_names[VB_HINT_NR_MODES] = {
 	[VB_HINT_MODE_SCAN] = "scan",
 	[VB_HINT_MODE_ALLOC] = "alloc",
+	[VB_HINT_MODE_AUTO] = "auto",
 };
 
+/* The mode the next round uses: auto is shown resolved */
 static ssize_t vb_sysfs_mode_show(struct device *dev,
 				  struct device_attribute *attr, char *buf)
 {
+	struct vb_device *vb = vb_sysfs_dev(dev);
 	struct vb_hint_settings s;
 
-	vb_sysfs_snapshot(vb_sysfs_dev(dev), &s);
-	return sysfs_emit(buf, "%s\n", vb_sysfs_mode_names[s.mode]);
+	vb_core_settings_load(vb, &s);
+	return sysfs_emit(buf, "%s\n",
+			  vb_sysfs_mode_names[vb_core_hint_mode(vb, s.mode)]);
 }
 
 static ssize_t vb_sysfs_mode_store(struct device *dev,
@@ -186,23 +178,27 @@ static ssize_t vb_sysfs_mode_store(struct device *dev,
 				   const char *buf, size_t count)
 {
 	size_t off = offsetof(struct vb_hint_settings, mode);
+	struct vb_device *vb = vb_sysfs_dev(dev);
+	const char *why;
 	int mode, err;
 
-	/* "scan" or "alloc", one trailing newline allowed */
+	/* "auto", "scan" or "alloc", one trailing newline allowed */
 	mode = sysfs_match_string(vb_sysfs_mode_names, buf);
 	if (mode < 0)
 		return -EINVAL;
 
-	err = vb_sysfs_set(vb_sysfs_dev(dev), off, mode);
+	why = mode == VB_HINT_MODE_SCAN ? vb_core_scan_refusal(vb) : NULL;
+	if (why) {
+		dev_warn_ratelimited(dev, "hint mode scan refused: %s\n", why);
+		return -EINVAL;
+	}
+	err = vb_sysfs_set(vb, off, mode);
 	return err ? err : count;
 }
 
 /* Parse a hint_mode module parameter: auto, scan or alloc */
 int vb_sysfs_parse_mode(const char *str)
 {
-	if (sysfs_streq(str, "auto"))
-		return vb_hint_mode_allowed(NULL, VB_HINT_MODE_SCAN) ?
-		       VB_HINT_MODE_SCAN : VB_HINT_MODE_ALLOC;
 	return sysfs_match_string(vb_sysfs_mode_names, str);
 }
 
@@ -270,16 +266,17 @@ static ssize_t vb_sysfs_held_show(struct device *dev,
 	.offset = offsetof(struct vb_hint_stats, _field),		\
 }
 
-static struct vb_sysfs_knob vb_sysfs_knobs[6] = {
+static struct vb_sysfs_knob vb_sysfs_knobs[7] = {
 	VB_SYSFS_KNOB(enabled, enabled),
 	VB_SYSFS_KNOB(min_order, min_order),
+	VB_SYSFS_KNOB(alloc_min_order, alloc_min_order),
 	VB_SYSFS_KNOB(blocks_per_chain, blocks_per_chain),
 	VB_SYSFS_KNOB(chains_per_kick, chains_per_kick),
 	VB_SYSFS_KNOB(reserve_kb, reserve_kb),
 	VB_SYSFS_KNOB(drop_cache, drop_cache),
 };
 
-static struct vb_sysfs_counter vb_sysfs_counters[9] = {
+static struct vb_sysfs_counter vb_sysfs_counters[14] = {
 	VB_SYSFS_COUNTER(rounds, rounds),
 	VB_SYSFS_COUNTER(blocks_hinted, blocks_hinted),
 	VB_SYSFS_COUNTER(ranges_hinted, ranges_hinted),
@@ -289,6 +286,11 @@ static struct vb_sysfs_counter vb_sysfs_counters[9] = {
 	VB_SYSFS_COUNTER(blocks_returned_early, blocks_returned_early),
 	VB_SYSFS_COUNTER(ring_full_waits, ring_full_waits),
 	VB_SYSFS_COUNTER(last_round_ns, last_round_ns),
+	VB_SYSFS_COUNTER(round_pfns, round_pfns),
+	VB_SYSFS_COUNTER(round_scan_ns, round_scan_ns),
+	VB_SYSFS_COUNTER(round_max_hold_ns, round_max_hold_ns),
+	VB_SYSFS_COUNTER(max_hold_ns, max_hold_ns),
+	VB_SYSFS_COUNTER(rounds_timed_out, rounds_timed_out),
 };
 
 static struct device_attribute vb_sysfs_attr_mode =
@@ -307,6 +309,7 @@ static struct attribute *vb_sysfs_attrs[] = {
 	&vb_sysfs_knobs[3].attr.attr,
 	&vb_sysfs_knobs[4].attr.attr,
 	&vb_sysfs_knobs[5].attr.attr,
+	&vb_sysfs_knobs[6].attr.attr,
 	&vb_sysfs_counters[0].attr.attr,
 	&vb_sysfs_counters[1].attr.attr,
 	&vb_sysfs_counters[2].attr.attr,
@@ -316,6 +319,11 @@ static struct attribute *vb_sysfs_attrs[] = {
 	&vb_sysfs_counters[6].attr.attr,
 	&vb_sysfs_counters[7].attr.attr,
 	&vb_sysfs_counters[8].attr.attr,
+	&vb_sysfs_counters[9].attr.attr,
+	&vb_sysfs_counters[10].attr.attr,
+	&vb_sysfs_counters[11].attr.attr,
+	&vb_sysfs_counters[12].attr.attr,
+	&vb_sysfs_counters[13].attr.attr,
 	&vb_sysfs_attr_mode.attr,
 	&vb_sysfs_attr_cmd_id.attr,
 	&vb_sysfs_attr_by_order.attr,

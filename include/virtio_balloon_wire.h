@@ -77,7 +77,7 @@ struct vb_wire_config {
 	__le32 poison_val;
 };
 
-/* Statistics tags (same set as Linux 6.1) */
+/* Statistics tags (same set as Linux 6.12) */
 #define VIRTIO_BALLOON_S_SWAP_IN 0
 #define VIRTIO_BALLOON_S_SWAP_OUT 1
 #define VIRTIO_BALLOON_S_MAJFLT 2
@@ -88,7 +88,13 @@ struct vb_wire_config {
 #define VIRTIO_BALLOON_S_CACHES 7
 #define VIRTIO_BALLOON_S_HTLB_PGALLOC 8
 #define VIRTIO_BALLOON_S_HTLB_PGFAIL 9
-#define VIRTIO_BALLOON_S_NR 10
+#define VIRTIO_BALLOON_S_OOM_KILL 10
+#define VIRTIO_BALLOON_S_ALLOC_STALL 11
+#define VIRTIO_BALLOON_S_ASYNC_SCAN 12
+#define VIRTIO_BALLOON_S_DIRECT_SCAN 13
+#define VIRTIO_BALLOON_S_ASYNC_RECLAIM 14
+#define VIRTIO_BALLOON_S_DIRECT_RECLAIM 15
+#define VIRTIO_BALLOON_S_NR 16
 
 /*
  * One statistics entry: 10 bytes, no padding, virtio byte order.  The

@@ -17,12 +17,14 @@ KNOB_BAD = {
     "enabled": ["2", "100"],
     "drop_cache": ["2"],
     "min_order": ["11", "64"],
+    "alloc_min_order": ["11", "64"],
     "blocks_per_chain": ["0", "65", "1024"],
     "chains_per_kick": ["0", "257"],
     "reserve_kb": ["4294967295"],          # > total RAM in KiB
-    "mode": ["0", "1", "auto", "Scan", "allocx", "scan alloc", "+scan"],
+    "mode": ["0", "1", "Auto", "Scan", "allocx", "scan alloc", "+scan"],
 }
 KNOB_GOOD = {"enabled": "1", "drop_cache": "0", "min_order": "3",
+             "alloc_min_order": "3",
              "blocks_per_chain": "8", "chains_per_kick": "4",
              "reserve_kb": "0", "mode": "alloc"}
 
@@ -61,7 +63,8 @@ def test_sysfs_knobs_reject_bad_values():
         assert not vm.kernel_errors()
         # module parameters: validated with the same function at load time
         vm.guest.run("rmmod virtio_balloon")
-        bad_params = ["hint_min_order=11", "hint_blocks_per_chain=0",
+        bad_params = ["hint_min_order=11", "hint_alloc_min_order=11",
+                      "hint_blocks_per_chain=0",
                       "hint_blocks_per_chain=65", "hint_chains_per_kick=0",
                       "hint_chains_per_kick=257", "hint_enabled=2",
                       "hint_drop_cache=7", "hint_reserve_kb=4294967295",

@@ -306,8 +306,7 @@ class VM:
         self.cmdsock = os.path.join(workdir, f"{name}-cmd.sock")
         self.binary = binary
         kernel = kernel or guest_kernel()
-        initrd = (initrd or os.environ.get("HB_INITRD")
-                  or os.path.join(BUILD, "initramfs.cpio.gz"))
+        initrd = initrd or os.environ.get("HB_INITRD") or guest_initrd()
         append = (f"console=ttyS0 loglevel=5 panic=0 hb.balloon={balloon}")
         if balloon_args:
             append += f" hb.balloon_args={balloon_args.replace(' ', ',')}"
@@ -476,12 +475,29 @@ class VM:
         return best
 
 
-def guest_kernel():
-    """The guest kernel: $KVER (as `make ... KVER=` passes it down), else
-    scripts/guest-kver.sh's default."""
-    kver = os.environ.get("KVER") or subprocess.check_output(
-        [os.path.join(TOP, "scripts", "guest-kver.sh")], text=True).strip()
-    return f"/boot/vmlinuz-{kver}"
+def guest_kver(series=None):
+    """The guest kernel version: of `series` ("6.1", "6.12"), else of the
+    HB_GUEST environment variable, else $KVER (as `make ... KVER=` passes
+    it down), else the default guest kernel."""
+    series = series or os.environ.get("HB_GUEST") or ""
+    if not series and os.environ.get("KVER"):
+        return os.environ["KVER"]
+    return subprocess.check_output(
+        [os.path.join(TOP, "scripts", "guest-kver.sh")] +
+        ([series] if series else []), text=True).strip()
+
+
+def guest_kernel(series=None):
+    return f"/boot/vmlinuz-{guest_kver(series)}"
+
+
+def guest_initrd(series=None):
+    """The test image of that kernel (make image KVER=...); the default
+    kernel's is also build/initramfs.cpio.gz."""
+    path = os.path.join(BUILD, f"initramfs-{guest_kver(series)}.cpio.gz")
+    if series or os.environ.get("HB_GUEST") or os.path.exists(path):
+        return path
+    return os.path.join(BUILD, "initramfs.cpio.gz")
 
 
 def balloon_stats(vm):

@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vb_fault.c - fault injection for the host tests.  Built only into the
+ * test module (make VB_FAULT_INJECT=y, which the test image uses); the
+ * installed and DKMS modules have none of it.  Module parameter:
+ *
+ *   fault_inject=1   create /sys/kernel/debug/virtio_balloon/<dev>/
+ *
+ * inject_bad_hints accepts one of the names below; the next round sends
+ * that malformed hint in addition to the normal ones.  The device is never
+ * handed a page the guest uses: every fault that points at guest RAM points
+ * into a block allocated here and held like any other hinted block.
+ * out_of_ram points at no guest memory at all.
+ *
+ * scan_walk, when read, walks all memory as a scan round would, sends
+ * nothing, and reports the PFNs walked, the time, the longest zone->lock
+ * hold and the free memory found: the cost of the search alone, on any
+ * device.
+ *
+ * fail_restore accepts a count N: the next N restores (after freeze, suspend
+ * or hibernation) fail after the queues were found, the way a failed
+ * allocation in the restore path would.
+ */
+
+#include <linux/module.h>
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <linux/debugfs.h>
+#include <linux/uaccess.h>
+#include <linux/seq_file.h>
+#include <linux/string.h>
+#include <linux/sizes.h>
+#include <linux/log2.h>
+#include <linux/nodemask.h>
+
+#include "vb.h"
+
+static bool vb_param_fault_inject;
+module_param_named(fault_inject, vb_param_fault_inject, bool, 0444);
+MODULE_PARM_DESC(fault_inject,
+		 "Create debugfs fault injection files for host tests (default: 0)");
+
+static const char * const vb_fault_names[VB_FAULT_NR] = {
+	[VB_FAULT_ZERO_LEN] = "zero_len",
+	[VB_FAULT_OUT_OF_RAM] = "out_of_ram",
+	[VB_FAULT_STALE_ID] = "stale_id",
+	[VB_FAULT_MISALIGNED] = "misaligned",
+	[VB_FAULT_OVERSIZED_CHAIN] = "oversized_chain",
+	[VB_FAULT_SHORT_CMD] = "short_cmd",
+};
+
+static struct dentry *vb_fault_root;
+
+static struct page *vb_fault_alloc_block(unsigned int order)
+{
+	struct page *page;
+
+	page = alloc_pages(GFP_KERNEL | __GFP_NORETRY | __GFP_NOWARN, order);
+	if (page)
+		set_page_private(page, order);
+	return page;
+}
+
+/* Queue a fault chain; on failure free what the device never saw */
+static int vb_fault_queue(struct vb_device *vb, struct vb_hint_chain *c,
+			  struct scatterlist *sgs[], unsigned int out,
+			  unsigned int in, unsigned int descs)
+{
+	int err = -ENOSPC;
+
+	/* keep the slot of the STOP id */
+	if (vb_hint_wait_room(vb, descs + 1, false))
+		err = vb_hint_queue(vb, c, sgs, out, in);
+	if (err) {
+		vb_hint_block_list_free(&c->blocks);
+		kfree(c);
+	}
+	return err;
+}
+
+/* Highest guest physical address + 1 covered by a node */
+static unsigned long vb_fault_end_pfn(void)
+{
+	unsigned long end = 0;
+	int nid;
+
+	for_each_online_node(nid)
+		end = max(end, pgdat_end_pfn(NODE_DATA(nid)));
+	return end;
+}
+
+static int vb_fault_one(struct vb_device *vb, enum vb_fault kind)
+{
+	struct vb_hint *h = &vb->hint;
+	struct scatterlist sg[2], *sgs[2] = { &sg[0], &sg[1] };
+	struct scatterlist *big;
+	struct vb_hint_chain *c;
+	unsigned long end_pfn;
+	unsigned int i, n, order;
+	struct page *page;
+	u64 target, base;
+	u32 stale;
+	int err;
+
+	c = vb_hint_chain_alloc();
+	if (!c)
+		return -ENOMEM;
+
+	switch (kind) {
+	case VB_FAULT_ZERO_LEN:
+		/* a held page, but a descriptor of length 0 */
+		page = vb_fault_alloc_block(0);
+		if (!page)
+			break;
+		vb_hint_chain_add_block(c, page);
+		sg_init_table(sg, 1);
+		sg_set_page(&sg[0], page, 0, 0);
+		return vb_fault_queue(vb, c, sgs, 0, 1, 1);
+	case VB_FAULT_MISALIGNED:
+		/* inside a held 2-page block: start and length not aligned */
+		page = vb_fault_alloc_block(1);
+		if (!page)
+			break;
+		vb_hint_chain_add_block(c, page);
+		sg_init_table(sg, 1);
+		sg_set_page(&sg[0], page, PAGE_SIZE + 0x100, 0x200);
+		return vb_fault_queue(vb, c, sgs, 0, 1, 1);
+	case VB_FAULT_OUT_OF_RAM:
+		/*
+		 * Without the DMA API the ring carries sg_phys() =
+		 * page_to_phys(page) + offset.  Take the last pfn of RAM
+		 * (its memmap exists; its memory is not touched) and an
+		 * offset that lands on the next 1 GiB boundary at or above
+		 * the end of RAM: no guest RAM is there.
+		 */
+		end_pfn = vb_fault_end_pfn();
+		if (!end_pfn || !pfn_valid(end_pfn - 1))
+			break;
+		base = PFN_PHYS(end_pfn - 1);
+		target = ALIGN(PFN_PHYS(end_pfn), SZ_1G);
+		if (target - base > UINT_MAX - PAGE_SIZE)
+			break;
+		sg_init_table(sg, 1);
+		sg_set_page(&sg[0], pfn_to_page(end_pfn - 1), PAGE_SIZE,
+			    target - base);
+		return vb_fault_queue(vb, c, sgs, 0, 1, 1);
+	case VB_FAULT_STALE_ID:
+		/* one chain: outbuf with an old id, inbuf with a held page */
+		stale = h->cmd_id_previous;
+		if (!stale)
+			stale = h->cmd_id_active - 1;
+		page = vb_fault_alloc_block(0);
+		if (!page)
+			break;
+		vb_hint_chain_add_block(c, page);
+		c->cmd = cpu_to_virtio32(vb->vdev, stale);
+		sg_init_one(&sg[0], &c->cmd, sizeof(c->cmd));
+		sg_init_table(&sg[1], 1);
+		sg_set_page(&sg[1], page, PAGE_SIZE, 0);
+		return vb_fault_queue(vb, c, sgs, 1, 1, 2);
+	case VB_FAULT_OVERSIZED_CHAIN:
+		/* a whole ring (minus the STOP slot) of 1-page descriptors */
+		n = min(h->ring_size - 1, 1U << VB_HINT_MAX_ORDER);
+		order = order_base_2(n);
+		big = kvmalloc_array(n, sizeof(*big), GFP_KERNEL);
+		if (!big)
+			break;
+		page = vb_fault_alloc_block(order);
+		if (!page) {
+			kvfree(big);
+			break;
+		}
+		vb_hint_chain_add_block(c, page);
+		sg_init_table(big, n);
+		for (i = 0; i < n; i++)
+			sg_set_page(&big[i], nth_page(page, i), PAGE_SIZE, 0);
+		sgs[0] = big;
+		/* wait for an empty ring rather than fail */
+		vb_hint_drain(vb, VB_HINT_CMD_WAIT_MS, false, 0);
+		err = vb_fault_queue(vb, c, sgs, 0, 1, n);
+		kvfree(big);
+		return err;
+	case VB_FAULT_SHORT_CMD:
+		/* a command id outbuf of 2 bytes instead of 4, nothing held */
+		c->cmd = cpu_to_virtio32(vb->vdev, h->cmd_id_active);
+		sg_init_one(&sg[0], &c->cmd, 2);
+		return vb_fault_queue(vb, c, sgs, 1, 0, 1);
+	default:
+		break;
+	}
+	kfree(c);
+	return -ENOMEM;
+}
+
+/* Called by the round, vq_lock held, before the STOP id */
+void vb_fault_inject_round(struct vb_device *vb)
+{
+	struct vb_fault_state *f = &vb->fault;
+	int kind, err;
+
+	if (!f->dir)
+		return;
+	/*
+	 * stale_id goes last, just before STOP: a device treats a foreign
+	 * command id as the end of the round, so anything after it would be
+	 * counted as stale instead of by its own reason.
+	 */
+	for (int i = 0; i < VB_FAULT_NR; i++) {
+		kind = i < VB_FAULT_STALE_ID ? i :
+		       i == VB_FAULT_NR - 1 ? VB_FAULT_STALE_ID : i + 1;
+		if (!test_and_clear_bit(kind, &f->pending))
+			continue;
+		err = vb_fault_one(vb, kind);
+		if (err) {
+			dev_warn(&vb->vdev->dev, "fault %s not injected: %d\n",
+				 vb_fault_names[kind], err);
+			continue;
+		}
+		atomic64_inc(&f->injected[kind]);
+		dev_info(&vb->vdev->dev, "injected bad hint: %s\n",
+			 vb_fault_names[kind]);
+	}
+	virtqueue_kick(vb->hint.vq);
+}
+
+static int vb_fault_show(struct seq_file *m, void *unused)
+{
+	struct vb_device *vb = m->private;
+	int kind;
+
+	for (kind = 0; kind < VB_FAULT_NR; kind++)
+		seq_printf(m, "%s injected=%lld pending=%d\n",
+			   vb_fault_names[kind],
+			   (long long)atomic64_read(&vb->fault.injected[kind]),
+			   test_bit(kind, &vb->fault.pending));
+	return 0;
+}
+
+static int vb_fault_open(struct inode *inode, struct file *file)
+{
+	return single_open(file, vb_fault_show, inode->i_private);
+}
+
+static ssize_t vb_fault_write(struct file *file, const char __user *ubuf,
+			      size_t len, loff_t *ppos)
+{
+	struct seq_file *m = file->private_data;
+	struct vb_device *vb = m->private;
+	char buf[32];
+	int kind;
+
+	if (len == 0 || len >= sizeof(buf))
+		return -EINVAL;
+	if (copy_from_user(buf, ubuf, len))
+		return -EFAULT;
+	buf[len] = '\0';
+	if (buf[len - 1] == '\n')
+		buf[len - 1] = '\0';
+
+	kind = match_string(vb_fault_names, VB_FAULT_NR, buf);
+	if (kind < 0)
+		return -EINVAL;
+	set_bit(kind, &vb->fault.pending);
+	return len;
+}
+
+static const struct file_operations vb_fault_fops = {
+	.owner = THIS_MODULE,
+	.open = vb_fault_open,
+	.read = seq_read,
+	.write = vb_fault_write,
+	.llseek = seq_lseek,
+	.release = single_release,
+};
+
+static int vb_fault_restore_get(void *data, u64 *val)
+{
+	struct vb_device *vb = data;
+
+	*val = atomic_read(&vb->fault.fail_restore);
+	return 0;
+}
+
+static int vb_fault_restore_set(void *data, u64 val)
+{
+	struct vb_device *vb = data;
+
+	if (val > INT_MAX)
+		return -EINVAL;
+	atomic_set(&vb->fault.fail_restore, val);
+	return 0;
+}
+
+DEFINE_DEBUGFS_ATTRIBUTE(vb_fault_restore_fops, vb_fault_restore_get,
+			 vb_fault_restore_set, "%llu\n");
+
+/* Should this restore fail?  Counts the restores left to fail down. */
+bool vb_fault_fail_restore(struct vb_device *vb)
+{
+	return atomic_add_unless(&vb->fault.fail_restore, -1, 0);
+}
+
+static int vb_fault_walk_show(struct seq_file *m, void *unused)
+{
+	struct vb_device *vb = m->private;
+	struct vb_scan_walk w;
+	int i;
+
+	mutex_lock(&vb->hint.vq_lock);
+	vb_scan_walk(vb, &w);
+	mutex_unlock(&vb->hint.vq_lock);
+	seq_printf(m, "pfns=%llu ns=%llu max_hold_ns=%llu holds=%llu hold_ns=%llu ranges=%llu free_pages=%llu hold_us_log2=",
+		   w.pfns, w.ns, w.max_hold_ns, w.holds, w.hold_ns, w.ranges,
+		   w.free_pages);
+	for (i = 0; i < VB_SCAN_HOLD_HIST; i++)
+		seq_printf(m, "%s%u", i ? "," : "", w.hold_hist[i]);
+	seq_putc(m, '\n');
+	return 0;
+}
+
+DEFINE_SHOW_ATTRIBUTE(vb_fault_walk);
+
+int vb_fault_init(struct vb_device *vb)
+{
+	if (!vb_fault_root)
+		return 0;
+	vb->fault.dir = debugfs_create_dir(dev_name(&vb->vdev->dev),
+					   vb_fault_root);
+	debugfs_create_file_unsafe("fail_restore", 0600, vb->fault.dir, vb,
+				   &vb_fault_restore_fops);
+	if (vb->hint.wq) {
+		debugfs_create_file("inject_bad_hints", 0600, vb->fault.dir,
+				    vb, &vb_fault_fops);
+		debugfs_create_file("scan_walk", 0400, vb->fault.dir, vb,
+				    &vb_fault_walk_fops);
+	}
+	return 0;
+}
+
+void vb_fault_exit(struct vb_device *vb)
+{
+	debugfs_remove_recursive(vb->fault.dir);
+	vb->fault.dir = NULL;
+}
+
+void vb_fault_module_init(void)
+{
+	if (vb_param_fault_inject)
+		vb_fault_root = debugfs_create_dir(KBUILD_MODNAME, NULL);
+}
+
+void vb_fault_module_exit(void)
+{
+	debugfs_remove_recursive(vb_fault_root);
+	vb_fault_root = NULL;
+}

@@ -1,0 +1,347 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Our guest driver's contract with the device, on both guest kernels:
+which hint mode each host gets (VIRTIO_BALLOON_F_HINT_KEEP_WRITES, bit 16),
+sleep with hinting in progress (freeze/restore and a restore that fails),
+memory hot-add/remove while free memory is searched, and migrations of our
+driver on each guest kernel, data verified on the destination."""
+import glob
+import os
+import subprocess
+import tempfile
+import time
+
+from hb import harness
+from hb.testlib import (BUILD, CURRENT, Skip, assert_intact, migrate,
+                        have_ours_driver, tag)
+
+KEEP_WRITES_BIT = 16
+FREE_PAGE_HINT_BIT = 3
+SERIES = ("6.1", "6.12")
+DEBUGFS = "/sys/kernel/debug/virtio_balloon"
+
+
+def _need(series):
+    if not have_ours_driver():
+        raise Skip("our driver is not built")
+    if not os.path.exists(harness.guest_initrd(series)):
+        raise Skip(f"no test image for {series} (make image KVER=...)")
+
+
+def _offers_keep_writes(binary):
+    """Does this QEMU have the free-page-hint-keep-writes property?"""
+    if not os.access(binary, os.X_OK):
+        return False
+    fw = [a for d in harness.FIRMWARE for a in ("-L", d)]
+    r = subprocess.run([binary, *fw, "-device", "virtio-balloon-pci,help"],
+                       capture_output=True, text=True, check=False)
+    return "free-page-hint-keep-writes" in r.stdout
+
+
+def _keep_writes_qemu():
+    """Our QEMU build that offers HINT_KEEP_WRITES, if one is built."""
+    for b in [harness.OUR_QEMU] + sorted(
+            glob.glob(os.path.join(BUILD, "qemu*", "qemu-system-x86_64"))):
+        if _offers_keep_writes(b):
+            return b
+    return None
+
+
+class Guest:
+    """A booted guest (not migrated) of one guest kernel series with our
+    driver's test build; fails on any kernel error on its console."""
+
+    def __init__(self, series, binary=harness.STOCK_QEMU, mem=1024,
+                 balloon_args="fault_inject=1", extra_args=(),
+                 kernel_args=""):
+        _need(series)
+        d = tempfile.mkdtemp(prefix="hb-ct-", dir=os.path.join(BUILD, "tmp"))
+        self.vm = harness.VM(d, "ct", binary, mem, "ours", True,
+                             kernel=harness.guest_kernel(series),
+                             initrd=harness.guest_initrd(series),
+                             balloon_args=balloon_args,
+                             extra_args=extra_args, kernel_args=kernel_args)
+
+    def __enter__(self):
+        self.vm.boot()
+        return self.vm
+
+    def __exit__(self, *exc):
+        errs = self.vm.kernel_errors()
+        self.vm.kill()
+        if exc[0] is None:
+            assert not errs, f"guest kernel errors: {errs[:5]}"
+
+
+def _dir(vm):
+    _, out = vm.guest.run("ls -d /sys/bus/virtio/devices/*/free_page_hint")
+    assert out, "no free_page_hint sysfs directory"
+    return out[0]
+
+
+def _mode(vm):
+    return harness.balloon_stats(vm)["mode"]
+
+
+def _write(vm, path, value):
+    rc, _, after, err = harness.write_sysfs(vm, path, value)
+    return rc, after, err
+
+
+def _wait(pred, timeout=60, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _dmesg(vm, pattern):
+    _, out = vm.guest.run(f"dmesg | grep -E '{pattern}'", check=False)
+    return out
+
+
+def _check_refuses_scan(vm, why):
+    """Writing scan fails with EINVAL, leaves alloc, and says why."""
+    d = _dir(vm)
+    rc, after, err = _write(vm, f"{d}/mode", "scan")
+    CURRENT.add("bad_inputs")
+    assert rc != 0 and "Invalid argument" in err and after == "alloc", \
+        (rc, after, err)
+    msg = _dmesg(vm, "hint mode scan refused")
+    assert msg and why in msg[-1], msg
+    rc, after, err = _write(vm, f"{d}/mode", "auto")
+    assert rc == 0 and after == "alloc", (rc, after, err)
+
+
+@tag("driver", "contract")
+def test_mode_without_keep_writes_is_alloc():
+    """Stock QEMU and our QEMU without HINT_KEEP_WRITES, each guest kernel:
+    free page hinting is negotiated, bit 16 is not, auto picks alloc, and
+    forcing scan gives EINVAL with the reason in the kernel log."""
+    hosts = [("stock", harness.STOCK_QEMU)]
+    if os.access(harness.OUR_QEMU, os.X_OK) and \
+            not _offers_keep_writes(harness.OUR_QEMU):
+        hosts.append(("ours", harness.OUR_QEMU))
+    for series in SERIES:
+        for name, binary in hosts:
+            with Guest(series, binary) as vm:
+                f = harness.balloon_features(vm)
+                assert f[FREE_PAGE_HINT_BIT] == "1", (series, name, f)
+                assert len(f) <= KEEP_WRITES_BIT or \
+                    f[KEEP_WRITES_BIT] == "0", (series, name, f)
+                assert _mode(vm) == "alloc", (series, name)
+                _check_refuses_scan(vm, "HINT_KEEP_WRITES")
+                CURRENT.facts[f"mode_{name}_{series}"] = "alloc"
+    # The module parameter cannot ask for scan either: it loads, says why,
+    # and uses alloc.
+    with Guest("6.12", balloon_args="hint_mode=scan") as vm:
+        assert _mode(vm) == "alloc"
+        assert _dmesg(vm, "hint_mode=scan refused, using alloc")
+
+
+@tag("driver", "contract")
+def test_mode_with_keep_writes_is_scan():
+    """Our QEMU offering HINT_KEEP_WRITES: bit 16 is negotiated, auto picks
+    scan, alloc can be asked for and auto goes back to scan; a guest whose
+    free pages keep a content (page_poison=1) still gets alloc."""
+    binary = _keep_writes_qemu()
+    if not binary:
+        raise Skip("no QEMU build offers free-page-hint-keep-writes")
+    for series in SERIES:
+        with Guest(series, binary) as vm:
+            f = harness.balloon_features(vm)
+            assert f[KEEP_WRITES_BIT] == "1", (series, f)
+            assert _mode(vm) == "scan", series
+            d = _dir(vm)
+            rc, after, err = _write(vm, f"{d}/mode", "alloc")
+            assert rc == 0 and after == "alloc", (rc, after, err)
+            rc, after, err = _write(vm, f"{d}/mode", "auto")
+            assert rc == 0 and after == "scan", (rc, after, err)
+            CURRENT.facts[f"mode_keep_writes_{series}"] = "scan"
+    with Guest("6.12", binary, kernel_args="page_poison=1") as vm:
+        assert _mode(vm) == "alloc"
+        _check_refuses_scan(vm, "poisoned")
+
+
+def _start_round(vm):
+    """A throttled migration to a sink: the host issues a command id and a
+    round runs; return once one has started."""
+    r0 = harness.balloon_stats(vm).get("rounds", 0)
+    vm.qmp("migrate-set-parameters", **{"max-bandwidth": 4 << 20})
+    vm.qmp("migrate", uri="exec:cat > /dev/null")
+    _wait(lambda: harness.balloon_stats(vm).get("rounds", 0) > r0, 60,
+          "a hint round")
+
+
+def _cancel(vm):
+    vm.qmp("migrate_cancel")
+    _wait(lambda: vm.qmp("query-migrate").get("status") in
+          ("cancelled", "failed"), 60, "migration cancelled")
+
+
+def _sleep_cycle(vm):
+    """Suspend to idle through the kernel's PM test path: tasks frozen,
+    devices frozen (our freeze), 5 s, devices restored (our restore)."""
+    rc, out = vm.guest.run("echo devices > /sys/power/pm_test && "
+                           "echo freeze > /sys/power/state; echo rc=$?; "
+                           "echo none > /sys/power/pm_test", timeout=180,
+                           check=False)
+    return out
+
+
+def _balloon_works(vm, label):
+    """The balloon inflates and deflates through QMP, and a new hint round
+    runs and hints memory."""
+    vm.qmp("balloon", value=512 << 20)
+    _wait(lambda: vm.qmp("query-balloon")["actual"] == 512 << 20, 120,
+          f"{label}: balloon at 512 MiB")
+    vm.qmp("balloon", value=1024 << 20)
+    _wait(lambda: vm.qmp("query-balloon")["actual"] == 1024 << 20, 120,
+          f"{label}: balloon back at 1 GiB")
+    b0 = harness.balloon_stats(vm).get("bytes_hinted", 0)
+    _start_round(vm)
+    _wait(lambda: harness.balloon_stats(vm).get("bytes_hinted", 0) > b0, 60,
+          f"{label}: hinting after restore")
+    _cancel(vm)
+
+
+@tag("driver", "contract")
+def test_freeze_restore_with_round_in_flight():
+    """Suspend to idle (PM test path, devices level) while a hint round runs
+    and its blocks are held: tasks freeze (the PM notifier ended the
+    round), the device goes down and comes back, the console stays clean,
+    and the balloon still inflates, deflates and hints."""
+    for series in SERIES:
+        with Guest(series) as vm:
+            vm.guest.hbwork("fill 600 5")
+            _start_round(vm)
+            out = _sleep_cycle(vm)
+            assert "rc=0" in out, (series, out)
+            assert _dmesg(vm, "PM: suspend exit"), series
+            assert not _dmesg(vm, "Freezing .* failed|restore failed"), series
+            _cancel(vm)
+            _wait(lambda: harness.balloon_stats(vm).get("held_pages") ==
+                  "inflight:0,acked:0", 60, "no block held")
+            _balloon_works(vm, series)
+
+
+@tag("driver", "contract")
+def test_failed_restore_leaves_no_dangling_queue():
+    """A restore that fails after the queues were found (fault injection)
+    leaves no queue behind: the console stays clean through the failure,
+    the next sleep cycle restores the device, and the balloon inflates,
+    deflates and hints again."""
+    for series in SERIES:
+        with Guest(series) as vm:
+            vm.guest.run(f"for f in {DEBUGFS}/*/fail_restore; do "
+                         "echo 1 > $f; done")
+            _start_round(vm)
+            _sleep_cycle(vm)
+            assert _dmesg(vm, "restore failed: -5"), series
+            # the balloon target changes while the device is down: a
+            # pending size change must not touch a deleted queue
+            vm.qmp("balloon", value=768 << 20)
+            time.sleep(2)
+            _cancel(vm)
+            out = _sleep_cycle(vm)
+            assert "rc=0" in out, (series, out)
+            _, cnt = vm.guest.run(f"cat {DEBUGFS}/*/fail_restore")
+            assert cnt == ["0"], cnt
+            _balloon_works(vm, series)
+
+
+# The DIMM's memory blocks (it is plugged at 4 GiB, above the boot RAM)
+_DIMM_BLOCKS = ("bs=$((0x$(cat /sys/devices/system/memory/block_size_bytes)));"
+                " for m in /sys/devices/system/memory/memory*; do"
+                " i=${m##*memory}; [ $((i * bs)) -ge $((1 << 32)) ] &&"
+                " echo $m; done; true")
+
+
+@tag("driver", "contract")
+def test_memory_hotplug_while_searching():
+    """Each guest kernel: hot-add a 512 MiB DIMM, then search free memory
+    (scan walks of the test build, in a loop, and alloc rounds of a
+    migration) while its memory is used, taken offline by the guest, and
+    hot-removed: the walk covers the DIMM while it is there and skips it
+    after, and the guest logs no error.  (QEMU refuses device_del during a
+    migration, so the rounds run while the guest offlines the memory, the
+    walks during the removal too.)"""
+    extra = ["-m", "1024,slots=2,maxmem=2048M"]
+    for series in SERIES:
+        with Guest(series, extra_args=extra,
+                   kernel_args="memhp_default_state=online_movable") as vm:
+            walk = f"cat {DEBUGFS}/*/scan_walk"
+
+            def walk_pfns():
+                _, out = vm.guest.run(walk)
+                kv = dict(w.split("=", 1) for w in out[0].split())
+                return int(kv["pfns"])
+            before = walk_pfns()
+            vm.qmp("object-add", **{"qom-type": "memory-backend-ram",
+                                    "id": "hpm0", "size": 512 << 20})
+            vm.qmp("device_add", driver="pc-dimm", id="hpd0", memdev="hpm0")
+            _wait(lambda: walk_pfns() >= before + (500 << 8), 60,
+                  "the walk to cover the new DIMM")
+            _, blocks = vm.guest.run(_DIMM_BLOCKS)
+            assert blocks, "no memory block of the DIMM"
+            vm.guest.run(f"(while :; do {walk}; done) > /dev/null 2>&1 & "
+                         "echo $! > /tmp/walker")
+            _start_round(vm)
+            vm.guest.hbwork("fill 900 7")
+            rc, out = vm.guest.run(" ; ".join(f"echo offline > {b}/state"
+                                              for b in blocks), check=False)
+            _, states = vm.guest.run(
+                "cat " + " ".join(b + "/state" for b in blocks))
+            assert states.count("offline") >= 1, (rc, out, states)
+            _cancel(vm)
+            vm.qmp("device_del", id="hpd0")
+            _wait(lambda: not vm.qmp("query-memory-devices"), 120,
+                  "the DIMM to be removed")
+            vm.qmp("object-del", id="hpm0")
+            vm.guest.run("kill $(cat /tmp/walker)")
+            _wait(lambda: walk_pfns() < before + (256 << 8), 60,
+                  "the walk to skip the removed DIMM")
+            CURRENT.facts[f"hotplug_offlined_{series}"] = \
+                states.count("offline")
+
+
+@tag("driver", "contract", "migrate")
+def test_migrate_our_driver_each_kernel():
+    """Our driver on each guest kernel, migrated by our QEMU with hinting
+    (alloc mode; scan mode on a build offering HINT_KEEP_WRITES): data
+    intact, both consoles clean.  On stock QEMU the run is a
+    reference (stock 7.2's own TCG bug applies) and only counted."""
+    for series in SERIES:
+        _need(series)
+        old = os.environ.get("HB_GUEST")
+        os.environ["HB_GUEST"] = series
+        try:
+            hosts = [("ours", harness.OUR_QEMU),
+                     ("stock", harness.STOCK_QEMU)]
+            kw = _keep_writes_qemu()
+            if kw and kw != harness.OUR_QEMU:
+                hosts.append(("keep_writes", kw))
+            for name, binary in hosts:
+                if not os.access(binary, os.X_OK):
+                    continue
+                res = migrate(f"ct-{series}-{name}", src_bin=binary,
+                              balloon="ours", hint=True,
+                              scenario=harness.Scenario("stale"))
+                if name == "stock":
+                    CURRENT.add("stock_runs")
+                    if not res.get("ok"):
+                        CURRENT.add("stock_losses")
+                    assert res["status"] == "completed", res.get("error")
+                    continue
+                assert_intact(res, f"our driver on {series}, {name} QEMU")
+                g = res.get("guest_hint") or {}
+                assert g.get("bytes_hinted", 0) > 0, g
+                want = "scan" if _offers_keep_writes(binary) else "alloc"
+                assert g.get("mode") == want, (name, g)
+        finally:
+            if old is None:
+                os.environ.pop("HB_GUEST", None)
+            else:
+                os.environ["HB_GUEST"] = old
