@@ -264,7 +264,7 @@ def _write_sysfs(vm, path, value):
 @tag("driver")
 def test_hint_mode_rules():
     """Without HINT_KEEP_WRITES (bit 16) auto is alloc and scan is refused
-    (EINVAL, mode unchanged); bit 7 (the dropped HINT_HOLD) is never
+    (EINVAL, mode unchanged); bit 7 (held by other VMMs) is never
     negotiated.  Scan is also refused when free pages keep a content the
     guest relies on (page_poison=1, init_on_free=1): hint_mode=scan does
     not load there.  (Devices offering bit 16: tests/test_45_*.py.)"""
