@@ -51,7 +51,7 @@ OUR_QEMU = os.path.join(BUILD, "qemu", "qemu-system-x86_64")
 FIRMWARE = ["/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu"]
 # migrate_once(dst_args=...) for a destination whose RAM is resident before
 # the load: it no longer waits for page faults (benchmarks.md, "Where the
-# time goes at 1 GiB").
+# time goes").
 PREALLOC_DST = ("-mem-prealloc",)
 
 # Anything the destination kernel prints that means its memory is not what
