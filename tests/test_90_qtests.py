@@ -21,12 +21,20 @@ def _run(args):
 
 @tag("reliability", "qtest")
 def test_qemu_qtests_virtio_balloon_subset():
-    """qos-test (virtio-balloon paths), qom-test, device-introspect-test."""
-    _run("--quick")
+    """qos-test (virtio-balloon paths), qom-test, device-introspect-test,
+    on our QEMU 10.0."""
+    _run("--base 10.0 --quick")
+
+
+@tag("reliability", "qtest")
+def test_qemu_qtests_virtio_balloon_subset_7_2():
+    """The same on our QEMU 7.2."""
+    _run("--base 7.2 --quick")
 
 
 @tag("qtest", "long")
 def test_qemu_qtests_full_migration_test():
     """The quick set plus the whole migration-test, and the same against
-    the unpatched Debian build as the baseline."""
-    _run("--full --baseline")
+    the unpatched Debian build as the baseline, on both bases."""
+    _run("--base 10.0 --full --baseline")
+    _run("--base 7.2 --full --baseline")
