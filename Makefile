@@ -14,11 +14,16 @@ all: qemu guest image
 setup:
 	@bash scripts/setup.sh
 
+# Our QEMU on both bases (build/qemu: 10.0, the default; build/qemu-7.2) and
+# Debian's own QEMU 10.0 as the stock reference (build/stock-qemu-10.0).
 qemu: setup
-	@bash scripts/build-qemu.sh
+	@bash scripts/build-qemu.sh 10.0
+	@bash scripts/build-qemu.sh 7.2
+	@bash scripts/stock-qemu.sh
 
 qemu-asan: setup
-	@SANITIZE=1 bash scripts/build-qemu.sh
+	@SANITIZE=1 bash scripts/build-qemu.sh 10.0
+	@SANITIZE=1 bash scripts/build-qemu.sh 7.2
 
 # guest/virtio_balloon.ko for KVER (default: the newest guest kernel with
 # headers), as `make install` and DKMS build it: no fault injection.

@@ -1,132 +1,183 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Build the patched QEMU: Debian 12's qemu source package + host-qemu-patch/qemu-7.2/series,
-# a minimal x86_64-softmmu build, placed at build/qemu/qemu-system-x86_64.
+# Build the patched QEMU for one base: Debian's qemu source package of that
+# base + host-qemu-patch/qemu-BASE/series, a minimal x86_64-softmmu build.
 #
-# The build is cached, keyed by the hash of the series and its patches (and of
-# the configure flags); it is redone only when one of them changes.
+#   scripts/build-qemu.sh [10.0|7.2]      (default 10.0)
+#
+#   10.0: Debian 13's 1:10.0.x (apt-get source from trixie)
+#         -> build/qemu/qemu-system-x86_64
+#   7.2:  Debian 12's 1:7.2+dfsg-7+deb12uN (apt-get source from bookworm)
+#         -> build/qemu-7.2/qemu-system-x86_64
+#
+# Each version is pinned; when the pinned version has left the archive, the
+# current one of the same Debian release is taken instead.
+#
+# Both binaries find the firmware of the Debian packages seabios and ipxe-qemu
+# and of qemu-system-data without -L (--firmwarepath).
+#
+# The build is cached machine-wide in /var/cache/balloon-hint, keyed by the
+# source version, the configure flags and the series with its patches; it is
+# redone only when one of them changes.  Clones on one machine share the
+# cache: fetching the source is serialized by a lock on the cache, a build of
+# one key by a lock of that key, and every file lands in place by rename.
 #
 # Environment:
-#   SANITIZE=1   build with --enable-sanitizers into build/qemu-asan/ instead
+#   SANITIZE=1        --enable-sanitizers build into build/qemu-asan/
+#                     (10.0) or build/qemu-7.2-asan/ (7.2)
 #   QEMU_SRC_VERSION  Debian version to fetch (default: the pinned one)
+#   BH_NEED_TREE=1    also leave a configured build tree (QEMU's qtests)
+#   BH_CACHE          cache directory (default /var/cache/balloon-hint)
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-say() { printf '[build-qemu] %s\n' "$*"; }
-die() { printf '[build-qemu] ERROR: %s\n' "$*" >&2; exit 1; }
+base=${1:-${BASE:-10.0}}
+say() { printf '[build-qemu %s] %s\n' "$base" "$*"; }
+die() { printf '[build-qemu %s] ERROR: %s\n' "$base" "$*" >&2; exit 1; }
 
-PINNED=${QEMU_SRC_VERSION:-1:7.2+dfsg-7+deb12u18}
-outname=qemu
+case "$base" in
+10.0)	pinned=${QEMU_SRC_VERSION:-1:10.0.13+ds-0+deb13u1}; suite=trixie; outname=qemu ;;
+7.2)	pinned=${QEMU_SRC_VERSION:-1:7.2+dfsg-7+deb12u18}; suite=bookworm; outname=qemu-7.2 ;;
+*)	die "unknown base '$base' (10.0 or 7.2)" ;;
+esac
+patchdir=$top/host-qemu-patch/qemu-$base
+series=$patchdir/series
 extra_cfg=()
 if [ "${SANITIZE:-0}" = 1 ]; then
-	outname=qemu-asan
+	outname=$outname-asan
 	extra_cfg+=(--enable-sanitizers)
 fi
 out=$top/build/$outname
 srcroot=$top/build/src
-# Machine-wide cache shared by every clone: the fetched source, ccache, and
-# finished binaries keyed by the series hash.
 cache=${BH_CACHE:-/var/cache/balloon-hint}
-mkdir -p "$srcroot" "$out" "$cache"
-# One build at a time per tree.
-exec 9> "$top/build/.build-qemu.lock"
+mkdir -p "$srcroot" "$out" "$cache/bin" "$cache/src"
+# One build per output at a time in this tree.
+exec 9> "$top/build/.build-$outname.lock"
 flock 9
 
-cfg=(--target-list=x86_64-softmmu --disable-docs --disable-tools --disable-gtk
-     --disable-sdl --disable-vnc --disable-opengl --disable-spice --disable-curses
-     --disable-werror --disable-user --disable-guest-agent --disable-xen
-     --disable-capstone --disable-slirp --enable-trace-backends=log
-    )
+# shellcheck source=scripts/qemu-env.sh
+. "$top/scripts/qemu-env.sh"
+qemu_cfg "$base"
 cfg+=("${extra_cfg[@]}")
 
-series=$top/host-qemu-patch/qemu-7.2/series
-key=$( { echo "$PINNED"; echo "${cfg[*]}";
+# 1. The Debian source package, unpacked once per base into the cache.
+csrc=$cache/src/qemu-$base
+fetch_source() {
+	local tmp
+	tmp=$(mktemp -d "$cache/src/.fetch.XXXXXX")
+	say "fetching Debian source qemu=$pinned (apt-get source)"
+	if ! (cd "$tmp" && apt-get source -q --only-source "qemu=$pinned" >fetch.log 2>&1); then
+		say "pinned $pinned not in the archive; fetching the current $suite version"
+		(cd "$tmp" && apt-get source -q --only-source "qemu/$suite" >fetch.log 2>&1) ||
+			{ cat "$tmp/fetch.log" >&2; rm -rf "$tmp"; die "apt-get source qemu/$suite failed"; }
+	fi
+	local d
+	d=$(find "$tmp" -maxdepth 1 -mindepth 1 -type d -name 'qemu-*' | head -n1)
+	[ -n "$d" ] || die "no unpacked source in $tmp"
+	mkdir -p "$tmp/tree"
+	mv "$d" "$tmp/tree/qemu"
+	dpkg-parsechangelog -l "$tmp/tree/qemu/debian/changelog" -S Version > "$tmp/tree/VERSION"
+	rm -rf "$csrc"
+	echo "$pinned" > "$tmp/tree/.tried"
+	mv "$tmp/tree" "$csrc"
+	rm -rf "$tmp"
+}
+(
+	flock 8
+	if [ ! -f "$csrc/VERSION" ]; then
+		# The layout of earlier versions of this script (7.2 only).
+		if [ "$base" = 7.2 ] && [ -d "$cache/pristine/qemu-7.2" ] &&
+		   [ "$(cat "$cache/pristine/VERSION" 2>/dev/null)" = "$pinned" ]; then
+			tmp=$(mktemp -d "$cache/src/.copy.XXXXXX")
+			cp -a "$cache/pristine/qemu-7.2" "$tmp/qemu"
+			cp "$cache/pristine/VERSION" "$tmp/VERSION"
+			mv "$tmp" "$csrc"
+		else
+			fetch_source
+		fi
+	elif [ "$(cat "$csrc/VERSION")" != "$pinned" ] &&
+	     [ "$(cat "$csrc/.tried" 2>/dev/null)" != "$pinned" ]; then
+		# Another version is cached: try the pinned one once more.
+		fetch_source
+	fi
+) 8> "$cache/.src.lock"
+version=$(cat "$csrc/VERSION")
+say "source version $version"
+
+key=$( { echo "$version"; echo "${cfg[*]}";
 	 if [ -f "$series" ]; then
 		 cat "$series"
-		 { grep -vE "^\s*(#|$)" "$series" || true; } | while read -r p; do cat "$top/host-qemu-patch/qemu-7.2/$p"; done
+		 { grep -vE '^\s*(#|$)' "$series" || true; } | while read -r p; do cat "$patchdir/$p"; done
 	 fi; } | sha256sum | cut -c1-16)
 
-# 1. Fetch and unpack the Debian source package (once per version, cached).
-upver=${PINNED#*:}; upver=${upver%%-*}       # 7.2+dfsg
-pkgdir=$srcroot/qemu-${upver%%+*}              # qemu-7.2
-tarcache=$srcroot/pristine
-if [ ! -d "$tarcache/qemu-${upver%%+*}" ] && [ -d "$cache/pristine/qemu-${upver%%+*}" ]; then
-	say "source from cache $cache/pristine"
-	mkdir -p "$tarcache"
-	cp -a "$cache/pristine/." "$tarcache/"
-fi
-if [ ! -d "$tarcache/qemu-${upver%%+*}" ]; then
-	say "fetching Debian source qemu=$PINNED (apt-get source)"
-	rm -rf "$tarcache"; mkdir -p "$tarcache"
-	if ! (cd "$tarcache" && apt-get source -q --only-source "qemu=$PINNED" >fetch.log 2>&1); then
-		say "pinned $PINNED not in the archive; fetching the current bookworm version"
-		(cd "$tarcache" && apt-get source -q --only-source qemu >fetch.log 2>&1) ||
-			die "apt-get source qemu failed; see $tarcache/fetch.log"
-	fi
-	d=$(find "$tarcache" -maxdepth 1 -mindepth 1 -type d -name 'qemu-*' | head -n1)
-	[ -n "$d" ] || die "no unpacked source in $tarcache"
-	[ "$d" = "$tarcache/qemu-${upver%%+*}" ] || mv "$d" "$tarcache/qemu-${upver%%+*}"
-	dpkg-parsechangelog -l "$tarcache/qemu-${upver%%+*}/debian/changelog" -S Version > "$tarcache/VERSION"
-	rm -rf "$cache/pristine"; mkdir -p "$cache/pristine"
-	cp -a "$tarcache/qemu-${upver%%+*}" "$tarcache/VERSION" "$cache/pristine/"
-fi
-say "source version $(cat "$tarcache/VERSION")"
-if [ ! -d "$cache/pristine/qemu-${upver%%+*}" ]; then
-	mkdir -p "$cache/pristine"
-	cp -a "$tarcache/qemu-${upver%%+*}" "$tarcache/VERSION" "$cache/pristine/"
-fi
+pkgdir=$srcroot/qemu-$base
+bdir=$pkgdir/build-$outname
 
-# BH_NEED_TREE=1: also leave a configured build tree (for QEMU's qtests),
-# even when the binary itself is up to date or cached.
+install_from() { # dir with qemu-system-x86_64 and VERSION
+	install -m 0755 "$1/qemu-system-x86_64" "$out/.qemu-system-x86_64.$$"
+	mv -f "$out/.qemu-system-x86_64.$$" "$out/qemu-system-x86_64"
+	cp "$1/VERSION" "$out/.VERSION.$$" && mv -f "$out/.VERSION.$$" "$out/VERSION"
+	echo "$key" > "$out/.key.$$" && mv -f "$out/.key.$$" "$out/.key"
+}
+
 tree_ok=1
-if [ "${BH_NEED_TREE:-0}" = 1 ] &&
-   [ "$(cat "$pkgdir/build-$outname/.key" 2>/dev/null)" != "$key" ]; then
+if [ "${BH_NEED_TREE:-0}" = 1 ] && [ "$(cat "$bdir/.key" 2>/dev/null)" != "$key" ]; then
 	tree_ok=0
 fi
 if [ "$tree_ok" = 1 ] && [ -x "$out/qemu-system-x86_64" ] && [ "$(cat "$out/.key" 2>/dev/null)" = "$key" ]; then
 	say "up to date ($out/qemu-system-x86_64, key $key)"
 	exit 0
 fi
+
+# One build of a key at a time on the machine: a second clone waits here and
+# then takes the binary from the cache.
+exec 7> "$cache/bin/.$key.lock"
+flock 7
 if [ "$tree_ok" = 1 ] && [ -x "$cache/bin/$key/qemu-system-x86_64" ]; then
-	install -m 0755 "$cache/bin/$key/qemu-system-x86_64" "$out/qemu-system-x86_64"
-	cp "$cache/bin/$key/VERSION" "$out/VERSION"
-	echo "$key" > "$out/.key"
+	install_from "$cache/bin/$key"
 	say "from cache: $out/qemu-system-x86_64 ($(cat "$out/VERSION"), key $key)"
 	exit 0
 fi
 
 # 2. A fresh copy with the series applied in order.
-rm -rf "$pkgdir"
-cp -a "$tarcache/qemu-${upver%%+*}" "$pkgdir"
+rm -rf "$pkgdir.new"
+cp -a "$csrc/qemu" "$pkgdir.new"
 if [ -f "$series" ]; then
 	n=0
 	while read -r p; do
 		case "$p" in ''|'#'*) continue ;; esac
 		n=$((n + 1))
 		say "applying [$n] $p"
-		patch -d "$pkgdir" -p1 --forward --batch --quiet < "$top/host-qemu-patch/qemu-7.2/$p" ||
-			die "patch $p does not apply to $(cat "$tarcache/VERSION")"
+		patch -d "$pkgdir.new" -p1 --forward --batch --quiet < "$patchdir/$p" ||
+			die "patch $p does not apply to $version"
 	done < "$series"
 	say "applied $n patch(es)"
 fi
+rm -rf "$pkgdir"
+mv "$pkgdir.new" "$pkgdir"
 
-# 3. Configure and build (ccache if present).
-bdir=$pkgdir/build-$outname
+# 3. Configure and build (ccache if present), at a lower priority.
 mkdir -p "$bdir"
-cc=gcc
-command -v ccache >/dev/null && cc="ccache gcc"
-export CCACHE_DIR=$cache/ccache
 say "configure ${cfg[*]}"
-(cd "$bdir" && ../configure --cc="$cc" --host-cc=gcc "${cfg[@]}" > configure.log 2>&1) ||
+(cd "$bdir" && nice -n 10 ../configure --cc="$qemu_cc" --host-cc=gcc "${cfg[@]}" > configure.log 2>&1) ||
 	{ tail -30 "$bdir/configure.log"; die "configure failed"; }
-say "ninja (this takes a few minutes on 2 cores)"
-ninja -C "$bdir" qemu-system-x86_64 2>&1 | awk '/^\[/ { if (++n % 200 == 0) { print "[build-qemu] " $1; fflush() } next } { print }' 
+qemu_venv_fixup "$bdir"
+say "ninja (this takes a while on 2 cores)"
+nice -n 10 ninja -C "$bdir" qemu-system-x86_64 2>&1 |
+	awk '/^\[/ { if (++n % 200 == 0) { print "[build-qemu] " $1; fflush() } next } { print }'
 [ "${PIPESTATUS[0]}" = 0 ] || die "build failed"
-
-install -m 0755 "$bdir/qemu-system-x86_64" "$out/qemu-system-x86_64"
 echo "$key" > "$bdir/.key"
-cp "$tarcache/VERSION" "$out/VERSION"
-echo "$key" > "$out/.key"
-mkdir -p "$cache/bin/$key"
-cp "$out/qemu-system-x86_64" "$out/VERSION" "$cache/bin/$key/"
-say "built $out/qemu-system-x86_64 ($(cat "$out/VERSION"), key $key)"
+
+# 4. Into the cache (a directory renamed into place), then into build/.
+tmp=$(mktemp -d "$cache/bin/.new.XXXXXX")
+cp "$bdir/qemu-system-x86_64" "$tmp/"
+echo "$version" > "$tmp/VERSION"
+chmod 0755 "$tmp"
+if ! mv -T "$tmp" "$cache/bin/$key" 2>/dev/null; then
+	rm -rf "$cache/bin/$key.old"
+	mv -T "$cache/bin/$key" "$cache/bin/$key.old" 2>/dev/null || true
+	mv -T "$tmp" "$cache/bin/$key"
+	rm -rf "$cache/bin/$key.old"
+fi
+install_from "$cache/bin/$key"
+say "built $out/qemu-system-x86_64 ($version, key $key)"

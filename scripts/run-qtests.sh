@@ -1,29 +1,31 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Build QEMU's own qtests from the patched source tree that
-# scripts/build-qemu.sh prepared (build/src/qemu-7.2/build-qemu) and run them
-# against our QEMU binary, under TCG: a private mount namespace hides /dev/kvm
+# scripts/build-qemu.sh prepared (build/src/qemu-BASE/build-*) and run them
+# against our QEMU binary of that base, under TCG: a private mount namespace hides /dev/kvm
 # (bind-mounts /dev/null over it), so every "kvm:tcg" falls back to TCG.
 #
-#   scripts/run-qtests.sh [--quick|--full|--build-only] [--baseline]
+#   scripts/run-qtests.sh [--base 10.0|7.2] [--quick|--full|--build-only] [--baseline]
 #
+#   --base        the QEMU base (default 10.0: build/qemu; 7.2: build/qemu-7.2)
 #   --quick       (default) qos-test restricted to the virtio-balloon graph
 #                 paths, qom-test, device-introspect-test (properties of
 #                 every device, including virtio-balloon-*)
 #   --full        --quick plus the whole migration-test (long under TCG)
 #   --build-only  build and stash the qtest binaries, run nothing
 #   --baseline    also run the same binaries against the unpatched Debian
-#                 build of the same QEMU version (/usr/bin/qemu-system-x86_64)
+#                 build of the same QEMU version (10.0: build/stock-qemu-10.0,
+#                 7.2: /usr/bin/qemu-system-x86_64)
 #
 # Environment:
-#   HB_OUR_QEMU   binary under test (default build/qemu/qemu-system-x86_64)
+#   HB_OUR_QEMU   binary under test (default build/<base's dir>/qemu-system-x86_64)
 #   QTEST_TIMEOUT seconds per qtest binary (default 900; migration-test 3600)
 #
-# The qtest binaries are copied to build/qtests/bin (keyed by build-qemu's
+# The qtest binaries are copied to build/qtests-BASE/bin (keyed by build-qemu's
 # .key) so a later rebuild of the tree by build-qemu.sh does not lose them.
-# Logs: build/results/qtests/<label>-<test>.log; summary in
-# build/results/qtests/summary.txt.  Exit status: 1 if a qtest failed (of our
-# binary, or of the baseline with --baseline), 2 if the qtests could not be
+# Logs: build/results/qtests-BASE/<label>-<test>.log; summary in
+# build/results/qtests-BASE/summary.txt.  Exit status: 1 if a qtest failed (of
+# our binary, or of the baseline with --baseline), 2 if the qtests could not be
 # built or run at all.
 set -uo pipefail
 
@@ -33,8 +35,11 @@ die() { printf '[qtests] ERROR: %s\n' "$*" >&2; exit 2; }
 
 mode=quick
 baseline=0
-for a in "$@"; do
+base=10.0
+while [ $# -gt 0 ]; do
+	a=$1; shift
 	case "$a" in
+	--base) base=${1:?--base needs 10.0 or 7.2}; shift ;;
 	--quick) mode=quick ;;
 	--full) mode=full ;;
 	--build-only) mode=build ;;
@@ -44,12 +49,16 @@ for a in "$@"; do
 	esac
 done
 
-ours=${HB_OUR_QEMU:-$top/build/qemu/qemu-system-x86_64}
-stock=/usr/bin/qemu-system-x86_64
-bdir=$top/build/src/qemu-7.2/build-qemu
-stash=$top/build/qtests
+case "$base" in
+10.0) outname=qemu; stock=$top/build/stock-qemu-10.0/qemu-system-x86_64 ;;
+7.2) outname=qemu-7.2; stock=/usr/bin/qemu-system-x86_64 ;;
+*) die "unknown base $base" ;;
+esac
+ours=${HB_OUR_QEMU:-$top/build/$outname/qemu-system-x86_64}
+bdir=$top/build/src/qemu-$base/build-$outname
+stash=$top/build/qtests-$base
 qcache=${BH_CACHE:-/var/cache/balloon-hint}/qtests
-logs=$top/build/results/qtests
+logs=$top/build/results/qtests-$base
 scratch=$top/build/tmp/qtests
 mkdir -p "$stash/bin" "$logs" "$scratch"
 
@@ -57,7 +66,7 @@ targets=(tests/qtest/qos-test tests/qtest/qom-test
 	 tests/qtest/device-introspect-test tests/qtest/migration-test)
 
 # 1. Build (under build-qemu.sh's lock: it may rm -rf the tree otherwise).
-key=$(cat "$top/build/qemu/.key" 2>/dev/null || echo none)
+key=$(cat "$top/build/$outname/.key" 2>/dev/null || echo none)
 have=1
 for t in "${targets[@]}"; do [ -x "$stash/bin/${t##*/}" ] || have=0; done
 if [ "$have" = 1 ] && [ "$(cat "$stash/.key" 2>/dev/null)" = "$key" ]; then
@@ -70,13 +79,13 @@ else
 	if [ "$(cat "$bdir/.key" 2>/dev/null)" != "$key" ]; then
 		# A binary served from the cache leaves no tree: make one.
 		say "no build tree for key $key: building it (scripts/build-qemu.sh)"
-		BH_NEED_TREE=1 bash "$top/scripts/build-qemu.sh" ||
+		BH_NEED_TREE=1 bash "$top/scripts/build-qemu.sh" "$base" ||
 			die "scripts/build-qemu.sh failed"
 	fi
-	exec 9> "$top/build/.build-qemu.lock"
+	exec 9> "$top/build/.build-$outname.lock"
 	say "waiting for build-qemu.sh's lock"
 	flock 9
-	key=$(cat "$top/build/qemu/.key" 2>/dev/null || echo none)
+	key=$(cat "$top/build/$outname/.key" 2>/dev/null || echo none)
 	[ -f "$bdir/build.ninja" ] || die "$bdir not configured"
 	# Check the target names this tree knows.
 	known=$(ninja -C "$bdir" -t targets all 2>/dev/null)
@@ -86,7 +95,9 @@ else
 	done
 	say "building ${targets[*]} in $bdir"
 	export CCACHE_DIR=${BH_CACHE:-/var/cache/balloon-hint}/ccache
-	ninja -C "$bdir" "${targets[@]}" > "$logs/build.log" 2>&1 ||
+	# shellcheck source=scripts/qemu-env.sh
+	. "$top/scripts/qemu-env.sh" && qemu_cfg "$base"    # meson for 10.0
+	nice -n 10 ninja -C "$bdir" "${targets[@]}" > "$logs/build.log" 2>&1 ||
 		{ tail -30 "$logs/build.log"; die "qtest build failed (see $logs/build.log)"; }
 	for t in "${targets[@]}"; do install -m 0755 "$bdir/$t" "$stash/bin/"; done
 	echo "$key" > "$stash/.key"
@@ -102,18 +113,8 @@ else
 fi
 [ "$mode" = build ] && exit 0
 
-# 2. A wrapper named *-system-x86_64 (libqtest takes the arch from the name)
-# that adds the firmware search paths our binary needs outside its tree.
-wrap() { # label binary
-	local d=$stash/wrap-$1
-	mkdir -p "$d"
-	cat > "$d/qemu-system-x86_64" <<EOF
-#!/bin/sh
-exec "$2" -L /usr/share/qemu -L /usr/share/seabios -L /usr/lib/ipxe/qemu "\$@"
-EOF
-	chmod +x "$d/qemu-system-x86_64"
-	echo "$d/qemu-system-x86_64"
-}
+# 2. The binaries find their firmware themselves (--firmwarepath); libqtest
+# takes the arch from the name, which ends in -system-x86_64.
 
 # qos-test paths that go through virtio-balloon (graph of x86_64/pc).
 balloon_paths() { # qemu
@@ -171,7 +172,7 @@ suite() { # label qemu
 
 [ -x "$ours" ] || die "no QEMU at $ours"
 say "mode=$mode binary=$ours"
-suite ours "$(wrap ours "$ours")" || fail=1
+suite ours "$ours" || fail=1
 if [ "$baseline" = 1 ]; then
 	say "baseline: unpatched Debian build $stock"
 	suite stock "$stock" || fail=1

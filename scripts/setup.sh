@@ -105,6 +105,57 @@ for series in 6.1 6.12; do
 done
 kver=$("$(dirname "$0")/guest-kver.sh")
 
+# Debian packages used without being installed, kept in the machine-wide
+# cache (/var/cache/balloon-hint): each is pinned, and when the pinned
+# version has left the archive the current bookworm-backports one is taken.
+cache=${BH_CACHE:-/var/cache/balloon-hint}
+mkdir -p "$cache/debs"
+cached_deb() { # package, pinned version -> path of the .deb in the cache
+	local f tmp
+	f=$(ls "$cache/debs/$1"_*.deb 2>/dev/null | head -n1 || true)
+	if [ -z "$f" ]; then
+		tmp=$(mktemp -d "$cache/debs/.dl.XXXXXX")
+		chown _apt "$tmp" 2>/dev/null || true
+		if ! (cd "$tmp" && apt-get download -q "$1=$2" >/dev/null 2>&1); then
+			say "$1 $2 not in the archive; taking the current bookworm-backports one" >&2
+			(cd "$tmp" && apt-get download -q "$1/bookworm-backports" >/dev/null) ||
+				{ rm -rf "$tmp"; echo "setup.sh: cannot download $1" >&2; return 1; }
+		fi
+		f=$(ls "$tmp"/*.deb)
+		mv "$f" "$cache/debs/"
+		rm -rf "$tmp"
+		f=$cache/debs/$(basename "$f")
+	fi
+	echo "$f"
+}
+# meson >= 1.5 for QEMU 10.0, unpacked privately: bookworm's meson 1.0.1
+# stays the system one (QEMU 7.2 builds with it).
+if [ ! -d "$cache/meson/usr/lib/python3/dist-packages/mesonbuild" ]; then
+	deb=$(cached_deb meson 1.7.0-1~bpo12+1)
+	say "unpacking $(basename "$deb") into $cache/meson"
+	rm -rf "$cache/meson.new"
+	dpkg -x "$deb" "$cache/meson.new"
+	rm -rf "$cache/meson"
+	mv "$cache/meson.new" "$cache/meson"
+fi
+# Debian's own QEMU 10.0 (the stock reference of the 10.0 stack), unpacked
+# under build/ by scripts/stock-qemu.sh, never installed.  Its libraries are
+# installed by name; it finds its firmware in the folders of the seabios,
+# ipxe-qemu and qemu-system-data packages above.
+cached_deb qemu-system-x86 1:10.0.2+ds-2+deb13u1~bpo12+1 >/dev/null
+STOCK10_LIBS=(libaio1 libbpf1 libcapstone4 libfdt1 libfuse3-3 libgmp10 libgnutls30
+	libibverbs1 libjpeg62-turbo libnuma1 libpixman-1-0 libpmem1 libpng16-16
+	librdmacm1 libsasl2-2 libseccomp2 libslirp0 libudev1 liburing2
+	libvdeplug2 libzstd1)
+missing=()
+for p in "${STOCK10_LIBS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	say "installing libraries of the stock QEMU 10.0: ${missing[*]}"
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
 # checkpatch.pl comes from the kernel source tarball.
 if [ ! -x /usr/src/linux-source-6.1/scripts/checkpatch.pl ]; then
 	tarball=$(ls /usr/src/linux-source-6.1.tar.* 2>/dev/null | head -n1)

@@ -21,13 +21,23 @@ def _run(args, limit):
 @tag("reliability", "qtest")
 @timeout(3 * 3600)
 def test_qemu_qtests_virtio_balloon_subset():
-    """qos-test (virtio-balloon paths), qom-test, device-introspect-test."""
-    _run("--quick", 3 * 3600 - 60)
+    """qos-test (virtio-balloon paths), qom-test, device-introspect-test,
+    on our QEMU 10.0."""
+    _run("--base 10.0 --quick", 3 * 3600 - 60)
+
+
+@tag("reliability", "qtest")
+@timeout(3 * 3600)
+def test_qemu_qtests_virtio_balloon_subset_7_2():
+    """The same on our QEMU 7.2."""
+    _run("--base 7.2 --quick", 3 * 3600 - 60)
 
 
 @tag("qtest", "long")
 @timeout(5 * 3600)
 def test_qemu_qtests_full_migration_test():
     """The quick set plus the whole migration-test, and the same against
-    the unpatched Debian build as the baseline: both must pass."""
-    _run("--full --baseline", 5 * 3600 - 60)
+    the unpatched Debian build as the baseline, on both bases: all must
+    pass."""
+    _run("--base 10.0 --full --baseline", 5 * 3600 - 60)
+    _run("--base 7.2 --full --baseline", 5 * 3600 - 60)

@@ -35,6 +35,10 @@ def _qemu_python():
     """Locate QEMU's python/ directory (qemu.machine, qemu.qmp)."""
     cands = sorted(glob.glob(os.path.join(BUILD, "src", "pristine", "qemu-*",
                                           "python")))
+    # scripts/build-qemu.sh keeps the Debian sources in the machine cache
+    cands += sorted(glob.glob(os.path.join(
+        os.environ.get("BH_CACHE", "/var/cache/balloon-hint"), "src",
+        "qemu-*", "qemu", "python")), reverse=True)
     if not cands:
         raise RuntimeError("QEMU source tree not found under build/src; "
                            "run scripts/build-qemu.sh first")
@@ -48,7 +52,11 @@ from .cpu import CpuSampler  # noqa: E402  pylint: disable=C0413
 
 STOCK_QEMU = "/usr/bin/qemu-system-x86_64"
 OUR_QEMU = os.path.join(BUILD, "qemu", "qemu-system-x86_64")
-FIRMWARE = ["/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu"]
+# The QEMU 10.0 builds: ours (the default) and Debian's own, unpacked from
+# bookworm-backports' qemu-system-x86 (scripts/stock-qemu.sh).  Every binary
+# finds its firmware without -L (build-qemu.sh configures --firmwarepath).
+OUR_QEMU_72 = os.path.join(BUILD, "qemu-7.2", "qemu-system-x86_64")
+STOCK_QEMU_10 = os.path.join(BUILD, "stock-qemu-10.0", "qemu-system-x86_64")
 # migrate_once(dst_args=...) for a destination whose RAM is resident before
 # the load: it no longer waits for page faults (benchmarks.md, "Where the
 # time goes").
@@ -321,9 +329,6 @@ class VM:
                             "server=on,wait=off",
                 "-serial", "chardev:hbcmd",
                 "-object", "iothread,id=hbio"]
-        if binary != STOCK_QEMU:
-            for fw in FIRMWARE:
-                args += ["-L", fw]
         dev = "virtio-balloon-pci,id=balloon0"
         if hint:
             dev += ",free-page-hint=on,iothread=hbio"
@@ -827,11 +832,12 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                  hint=False, scenario=None, workdir=None, balloon_args="",
                  device_props="", timeout=600, keep_dirs=False,
                  on_source_ready=None, on_destination=None, dst_args=(),
-                 on_verified=None):
+                 on_verified=None, vm_args=()):
     """Boot a source guest, prepare it, migrate it, verify it on the
     destination.  Returns a JSON-able dict; never leaves a QEMU behind.
-    dst_args: extra QEMU arguments for the destination only.  Hooks, each
-    called as hook(vm, res): on_source_ready before the migration starts,
+    dst_args: extra QEMU arguments for the destination only; vm_args: for
+    both sides (e.g. a NUMA memory layout).  Hooks, each called as
+    hook(vm, res): on_source_ready before the migration starts,
     on_destination once the destination runs, on_verified after the guest
     data was verified there (before the consoles are read)."""
     sc = scenario or Scenario()
@@ -852,15 +858,16 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
                       "downtime_limit_ms": sc.downtime_limit_ms,
                       "device_props": device_props,
                       "balloon_args": balloon_args,
-                      "dst_args": list(dst_args)},
+                      "dst_args": list(dst_args),
+                      "vm_args": list(vm_args)},
            "ok": False, "data_intact": None, "kernel_errors": [],
            "workdir": workdir}
     common = dict(mem_mib=sc.mem_mib, balloon=balloon, hint=hint,
                   balloon_args=balloon_args, device_props=device_props,
                   smp=sc.smp)
-    src = VM(workdir, "src", src_bin, **common)
+    src = VM(workdir, "src", src_bin, extra_args=tuple(vm_args), **common)
     dst = VM(workdir, "dst", dst_bin, incoming=f"unix:{mig_sock}",
-             extra_args=tuple(dst_args), **common)
+             extra_args=tuple(vm_args) + tuple(dst_args), **common)
     vms = [src, dst]
     try:
         t0 = time.time()

@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The QEMU builds of both bases and Debian's own QEMU 10.0: each starts a
+guest without -L, and a guest whose RAM spans two RAMBlocks migrates intact
+on our 10.0 (Documentation/data-safety.md, section 9).
+
+The two-RAMBlock layout: two NUMA nodes, each with its own
+memory-backend-ram, node 1 larger than node 0 and holding both vCPUs, so
+the guest's data and the pages it writes during the migration (workload
+`churn`) are mostly in the second RAMBlock, which does not start at
+ram_addr 0.  Runs on stock 10.0 are reference runs: their verdict is
+counted (stock_runs/stock_losses), never asserted."""
+import os
+import subprocess
+
+from hb import harness
+from hb.harness import Scenario
+from hb.testlib import CURRENT, Skip, assert_intact, migrate, tag
+
+MEM = 1024
+NODE0 = 256              # MiB; node 1 gets the rest
+BINARIES = {
+    "ours-10.0": harness.OUR_QEMU,
+    "ours-7.2": harness.OUR_QEMU_72,
+    "stock-10.0": harness.STOCK_QEMU_10,
+}
+
+
+def two_ramblocks(node0=NODE0, mem=MEM):
+    return ("-object", f"memory-backend-ram,id=m0,size={node0}M",
+            "-object", f"memory-backend-ram,id=m1,size={mem - node0}M",
+            "-numa", "node,nodeid=0,memdev=m0",
+            "-numa", "node,nodeid=1,memdev=m1,cpus=0-1")
+
+
+def _need(path):
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise Skip(f"no QEMU at {path} (make qemu)")
+    return path
+
+
+def _roms(binary, *extra):
+    """`info roms` of a machine that was created but never ran."""
+    p = subprocess.run([binary, "-M", "pc", "-accel", "tcg", "-S",
+                        "-display", "none", "-nodefaults", "-no-user-config",
+                        "-monitor", "stdio", *extra],
+                       input="info roms\nquit\n", text=True,
+                       capture_output=True, timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
+@tag("lint", "stacks")
+def test_every_qemu_finds_its_firmware_without_L():
+    kernel = harness.guest_kernel()
+    for name, path in BINARIES.items():
+        rc, out = _roms(_need(path), "-kernel", kernel)
+        assert rc == 0, f"{name}: {out[-1000:]}"
+        assert "bios-256k.bin" in out, f"{name}: no BIOS loaded:\n{out}"
+        assert "linuxboot_dma.bin" in out, f"{name}: no linuxboot ROM:\n{out}"
+    # The check sees a missing firmware: a BIOS name no folder has.
+    rc, out = _roms(_need(harness.OUR_QEMU), "-bios", "hb-no-such-bios.bin")
+    assert rc != 0 and "hb-no-such-bios.bin" in out, out
+
+
+def _two_blocks(qemu, hint):
+    binary = _need(BINARIES[qemu])
+    label = f"two-ramblocks-{qemu}-{'hint' if hint else 'nohint'}"
+    res = migrate(label, src_bin=binary, balloon="intree", hint=hint,
+                  scenario=Scenario("churn", mem_mib=MEM),
+                  vm_args=two_ramblocks())
+    if qemu.startswith("stock"):
+        CURRENT.add("stock_runs")
+        if not res.get("ok"):
+            CURRENT.add("stock_losses")
+        print(f"    reference verdict {label}: ok={res.get('ok')} "
+              f"status={res.get('status')} "
+              f"data_intact={res.get('data_intact')} "
+              f"error={(res.get('error') or '')[:120]}")
+        return res
+    assert_intact(res, label)
+    if hint:
+        c = res.get("device_src") or {}
+        assert c.get("cleared-pages", 0) > 0, f"host took no hint: {c}"
+    return res
+
+
+@tag("stacks", "compat")
+def test_two_ramblocks_stock_10_0_reference():
+    for hint in (False, True):
+        _two_blocks("stock-10.0", hint)
+
+
+@tag("stacks", "compat")
+def test_two_ramblocks_our_10_0_without_hinting():
+    _two_blocks("ours-10.0", False)
+
+
+@tag("stacks", "compat")
+def test_two_ramblocks_our_10_0_with_hinting():
+    _two_blocks("ours-10.0", True)
