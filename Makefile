@@ -9,7 +9,7 @@ KVER ?= $(shell scripts/guest-kver.sh 2>/dev/null)
 .PHONY: all setup qemu qemu-asan guest image images lint check demo bench soak \
 	reliability long clean
 
-all: qemu guest image
+all: qemu guest images
 
 setup:
 	@bash scripts/setup.sh
@@ -74,30 +74,30 @@ else
 CHECK_ARGS := $(if $(TAG),--tag $(TAG),--skip-tag long)
 endif
 
-check: qemu image $(CHECK_DEPS)
+check: qemu images $(CHECK_DEPS)
 	@mkdir -p build/tmp
 	@$(CHECK_ENV) $(PY) tests/run.py $(CHECK_ARGS)
 
 # Long runs kept out of `make check`: the full QEMU migration-test with its
 # baseline, the ten back-and-forth migrations, the stock reference runs.
-long: qemu image
+long: qemu images
 	@mkdir -p build/tmp
 	@$(PY) tests/run.py --tag long
 
 # The long data-safety soak: every data-loss scenario 20 times in a row.
-soak: qemu image
+soak: qemu images
 	@mkdir -p build/tmp
 	@REPEAT=$${REPEAT:-20} $(PY) scripts/soak.py
 
-reliability: qemu image
+reliability: qemu images
 	@mkdir -p build/tmp
 	@$(PY) tests/run.py --tag reliability
 
-demo: qemu image
+demo: qemu images
 	@mkdir -p build/tmp
 	@$(PY) scripts/demo.py
 
-bench: qemu image
+bench: qemu images
 	@mkdir -p build/tmp
 	@$(PY) scripts/bench $(if $(QUICK),--quick) $(BENCH_ARGS)
 

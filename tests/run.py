@@ -13,9 +13,14 @@ which counts as failed, and everything it started (QEMUs, gdb, guests'
 helpers) is killed with its process group.  A skip means the environment
 lacks something the test needs; a build or product failure is a failure.
 
+A test tagged `each_stack` runs once per supported stack (QEMU 10.0 with
+Linux 6.12, QEMU 7.2 with Linux 6.1), as NAME[10.0] and NAME[7.2]; every
+other test runs on the default stack (HB_STACK, else 10.0).
+
   run.py                     all tests
   run.py --tag reliability   only tests carrying a tag
   run.py -k migrate          only tests whose name contains a string
+  run.py -k '[7.2]'          only the 7.2 runs of the each_stack tests
   REPEAT=20 run.py --tag soak
 """
 import argparse
@@ -32,6 +37,8 @@ sys.path.insert(0, HERE)
 from hb import testlib  # noqa: E402
 
 DEFAULT_TIMEOUT_S = 1200
+EACH_STACK_TAG = "each_stack"
+STACKS = ("10.0", "7.2")
 
 
 def load_tests(where=HERE):
@@ -50,11 +57,14 @@ def load_tests(where=HERE):
     return tests
 
 
-def _child(name, f, wfd):
-    """Run one test in this (forked) process and write its outcome to wfd
-    as one JSON object."""
+def _child(name, f, stack, wfd):
+    """Run one test in this (forked) process, on `stack` (None: the
+    default one), and write its outcome to wfd as one JSON object."""
     testlib.CURRENT.reset(name)
     try:
+        if stack:
+            from hb import harness  # pylint: disable=import-outside-toplevel
+            harness.use_stack(stack)
         f()
         verdict, msg = "passed", ""
     except testlib.Skip as exc:
@@ -76,7 +86,7 @@ def _child(name, f, wfd):
     os.close(wfd)
 
 
-def run_one(name, f, limit):
+def run_one(name, f, limit, stack=None):
     """Fork, run the test in a new process group, wait at most `limit`
     seconds, then kill the whole group.  Returns (verdict, message, facts,
     channel)."""
@@ -89,7 +99,7 @@ def run_one(name, f, limit):
         os.setpgid(0, 0)
         code = 0
         try:
-            _child(name, f, wfd)
+            _child(name, f, stack, wfd)
         except BaseException:  # pylint: disable=broad-except
             code = 1
         sys.stdout.flush()
@@ -166,11 +176,14 @@ def main():
             continue
         if tags & set(a.skip_tag):
             continue
-        if a.substr and a.substr not in name:
-            continue
-        selected.append((name, f, tags))
+        runs = ([(f"{name}[{st}]", st) for st in STACKS]
+                if EACH_STACK_TAG in tags else [(name, None)])
+        for run_name, stack in runs:
+            if a.substr and a.substr not in run_name:
+                continue
+            selected.append((run_name, f, tags, stack))
     if a.list:
-        for name, f, tags in selected:
+        for name, f, tags, _ in selected:
             limit = getattr(f, "timeout_s", DEFAULT_TIMEOUT_S)
             print(f"{name}  [{','.join(sorted(tags))}] {limit}s")
         return 0
@@ -179,11 +192,11 @@ def main():
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     channel = {"resent": 0, "damaged": 0, "unacked": 0}
     t_all = time.time()
-    for i, (name, f, tags) in enumerate(selected, 1):
+    for i, (name, f, tags, stack) in enumerate(selected, 1):
         print(f"[{i}/{len(selected)}] {name} ...", flush=True)
         t0 = time.time()
         limit = getattr(f, "timeout_s", DEFAULT_TIMEOUT_S)
-        verdict, msg, facts, ch = run_one(name, f, limit)
+        verdict, msg, facts, ch = run_one(name, f, limit, stack)
         for k, v in (ch or {}).items():
             channel[k] = channel.get(k, 0) + v
         dt = time.time() - t0

@@ -31,7 +31,7 @@ def _run(driver, name, dst_args=(), label=""):
 
 
 def _make(driver, name):
-    @tag("dataloss", "soak")
+    @tag("dataloss", "soak", "each_stack")
     @timeout(900 * REPEAT)
     def t():
         _run(driver, name)
@@ -45,7 +45,7 @@ for _d in DATALOSS_DRIVERS:
         globals()[_t.__name__] = _t
 
 
-@tag("dataloss")
+@tag("dataloss", "each_stack")
 @timeout(1800 * REPEAT)
 def test_our_qemu_churn_into_preallocated_destination():
     """Churn during a migration whose destination has its RAM preallocated
@@ -57,7 +57,7 @@ def test_our_qemu_churn_into_preallocated_destination():
              label="-prealloc")
 
 
-@tag("dataloss")
+@tag("dataloss", "each_stack")
 def test_our_qemu_churn_on_every_vcpu():
     """Churn on both vCPUs of a 2-vCPU guest (one churn process each, the
     scheduler spreads them), our driver and the in-tree one."""
@@ -75,7 +75,7 @@ def test_our_qemu_churn_on_every_vcpu():
         assert res["verify"]["churn"]["procs"] == 2, res["verify"]["churn"]
 
 
-@tag("dataloss")
+@tag("dataloss", "each_stack")
 def test_our_qemu_a_to_b_to_c():
     """A -> B -> C with hinting on every hop (each hop's source device
     clears hinted pages), the data verified at C."""

@@ -25,7 +25,7 @@ from hb.testlib import (CURRENT, assert_hinted, assert_intact, migrate,
                         need_ours, our_qemu, tag, timeout)
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_cancel_during_round_then_migrate_again():
     """migrate_cancel twice (during the pre-send wait while the guest is
     still hinting, then while it holds the round); memory comes back each
@@ -52,7 +52,7 @@ def test_cancel_during_round_then_migrate_again():
         final_migration(rig, "after cancel")
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_destination_killed_mid_migration():
     """SIGKILL the destination QEMU while the source guest holds a round:
     the migration fails, the source keeps running and gets every hinted
@@ -72,7 +72,7 @@ def test_destination_killed_mid_migration():
         final_migration(rig, "after destination killed")
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_system_reset_during_round():
     """system_reset of the source while the guest holds a round: the guest
     reboots cleanly (HB READY again), no kernel error, and the next
@@ -100,7 +100,7 @@ def test_system_reset_during_round():
         final_migration(rig, "after system_reset")
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_rmmod_during_round():
     """rmmod virtio_balloon while it holds a round: no crash, every held
     block freed (MemFree back); reload it and hint again."""
@@ -127,7 +127,7 @@ def test_rmmod_during_round():
         final_migration(rig, "after rmmod/insmod")
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_memory_pressure_during_round():
     """hbwork pressure while the guest holds nearly all free memory in a
     round: the shrinker hands acked blocks back, nothing is OOM-killed,
@@ -153,7 +153,7 @@ def test_memory_pressure_during_round():
         rig.wait_memory_back(rig.res["meminfo_before"])
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_scan_mode_exit_paths():
     """Scan mode: a round takes no memory (MemFree unchanged while the
     migration is throttled); cancel, then a destination killed mid-way:
@@ -205,7 +205,7 @@ def _back_and_forth(n):
             assert held(s) == 0, f"migration {i + 1}: still held {s}"
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_back_and_forth_with_churn_3():
     """Three migrations in a row (a -> b -> c -> d, each a new QEMU) with
     churn running; data verified after each."""
@@ -232,7 +232,7 @@ def _never_answers(label, balloon, on_source_ready=None):
     return res
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_round_stop_waits_for_a_batch_in_flight():
     """data-safety.md: the bitmap sync that ends a round must not run while
     a batch that already popped the guest's stop is still to clear its
@@ -249,7 +249,7 @@ def test_round_stop_waits_for_a_batch_in_flight():
         f"{lines}"
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_done_frees_chains_the_device_returns_late():
     """DONE arrives while the device still has the round's chains (its
     bottom half is held by gdb, before free_page_lock): the driver frees
@@ -297,7 +297,7 @@ LEGACY_FEATURES = ('d=$(grep -l 0x1002 /sys/bus/pci/devices/*/device); '
                    'io=$(( $(head -1 $d/resource | cut -d" " -f1) + 4 )); ')
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_round_ends_after_a_legacy_driver_drops_the_feature():
     """A legacy (disable-modern=on) device: the guest holds a round, then
     rewrites its feature bits without FREE_PAGE_HINT (byte 0 of
@@ -332,7 +332,7 @@ def test_round_ends_after_a_legacy_driver_drops_the_feature():
         rig.verify("after the feature was dropped")
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_postcopy_with_hinting():
     """postcopy-ram on both sides (stock 7.2 turns hinting off then): the
     round runs in the precopy phase, migrate-start-postcopy switches over
@@ -364,7 +364,7 @@ def test_postcopy_with_hinting():
             assert held(g) == 0, f"hinted blocks still held: {g}"
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_guest_without_driver_never_answers():
     """hb.balloon=none: nobody answers the command id; the migration still
     completes (after the bounded pre-send wait) with data intact."""
@@ -375,7 +375,7 @@ def test_guest_without_driver_never_answers():
     assert c.get("presend-waits", 0) == 0, c
 
 
-@tag("reliability", "faults", "sanitize")
+@tag("reliability", "faults", "sanitize", "each_stack")
 def test_guest_with_hinting_disabled_never_answers():
     """Our driver with `enabled`=0 declines every round at once (id, STOP,
     nothing hinted): the host does not wait for it."""

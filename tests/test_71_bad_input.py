@@ -33,7 +33,7 @@ def _write_knob(vm, knob, value):
     return harness.write_sysfs(vm, f"{KNOB_DIR}/{knob}", value)
 
 
-@tag("reliability", "bad_input", "sanitize")
+@tag("reliability", "bad_input", "sanitize", "each_stack")
 def test_sysfs_knobs_reject_bad_values():
     """Every knob: empty, non-numeric, negative, zero (where out of range),
     huge, out-of-range, trailing garbage -> EINVAL, value unchanged; valid
@@ -137,7 +137,7 @@ def _bad_hints(label, groups):
             assert rig.vm.machine.is_running()
 
 
-@tag("reliability", "bad_input", "sanitize")
+@tag("reliability", "bad_input", "sanitize", "each_stack")
 def test_malformed_hints_are_ignored_and_counted():
     """Our driver with fault_inject=1 sends out-of-RAM, misaligned and
     oversized-chain hints in one migration's first round, then a stale
@@ -148,13 +148,13 @@ def test_malformed_hints_are_ignored_and_counted():
                             ("stale_id",)])
 
 
-@tag("reliability", "bad_input", "sanitize")
+@tag("reliability", "bad_input", "sanitize", "each_stack")
 def test_zero_length_hint_is_ignored_and_counted():
     """The same for a zero-length hint (`zero_len`)."""
     _bad_hints("zerolen", [("zero_len",)])
 
 
-@tag("reliability", "bad_input", "sanitize")
+@tag("reliability", "bad_input", "sanitize", "each_stack")
 def test_short_command_id_breaks_only_the_device():
     """A command id of 2 bytes instead of 4 (`short_cmd`) in a migration's
     round: the source QEMU breaks the balloon device (virtio_error,

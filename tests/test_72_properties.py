@@ -4,16 +4,15 @@ qom-set: QEMU refuses each, names the property, keeps its value, and
 prints no error report of its own (assertion, sanitizer)."""
 import subprocess
 
-from hb.harness import VM
+from hb.harness import VM, machine_for
 from hb.rigs import tmpdir
 from hb.testlib import CURRENT, our_qemu, tag
 
 
 def _qemu_cmdline(binary, device):
     return [binary, "-accel", "tcg", "-nodefaults", "-no-user-config",
-            "-machine", "pc-i440fx-7.2", "-display", "none", "-m", "128",
-            "-L", "/usr/share/qemu", "-L", "/usr/share/seabios",
-            "-L", "/usr/lib/ipxe/qemu", "-S", "-qmp", "null",
+            "-machine", machine_for(binary), "-display", "none", "-m", "128",
+            "-S", "-qmp", "null",
             "-object", "iothread,id=io0", "-device", device]
 
 
@@ -31,7 +30,7 @@ BAD_PROPS = [
 ]
 
 
-@tag("reliability", "bad_input", "sanitize")
+@tag("reliability", "bad_input", "sanitize", "each_stack")
 def test_invalid_device_properties_on_command_line():
     """Each invalid property value: QEMU exits non-zero at once with an
     error naming the property; valid boundary values start."""
@@ -66,7 +65,7 @@ def test_invalid_device_properties_on_command_line():
     assert not problems, problems
 
 
-@tag("reliability", "bad_input", "sanitize")
+@tag("reliability", "bad_input", "sanitize", "each_stack")
 def test_invalid_device_properties_via_qom_set():
     """qom-set of the hint properties on a running VM: error, value
     unchanged; the stats property is read-only."""

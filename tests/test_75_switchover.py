@@ -22,80 +22,16 @@ import subprocess
 
 from hb import harness
 from hb.harness import BUILD, Scenario
-from hb.testlib import Skip, assert_intact, have_ours_driver, migrate, tag
+from hb.testlib import assert_hinted, assert_intact, migrate, need_ours, our_qemu, tag
 
 KEEP_WRITES_BIT = 16
 FREE_PAGE_HINT_BIT = 3
-
-# Per QEMU base: the newest machine type without KEEP_WRITES (its
-# hw_compat turns the property off) and the stock binary of that base.
-BASES = {
-    "7.2": {"old_machine": "pc-i440fx-7.1",
-            "stock": harness.STOCK_QEMU},
-}
 
 # Live data the switch-over test keeps in the guest (MiB): large enough
 # that sending it with the guest stopped is plain in downtime-bytes, which
 # otherwise only holds what the guest dirtied since the last sync (well
 # under a MiB for this guest).
 LIVE_MIB = 96
-
-
-def _ours(base="7.2"):
-    """Our patched QEMU of a base: build/qemu-<base>/, or build/qemu/ when
-    its VERSION says that base."""
-    for d in (f"qemu-{base}", "qemu"):
-        path = os.path.join(BUILD, d, "qemu-system-x86_64")
-        ver = os.path.join(BUILD, d, "VERSION")
-        if not (os.access(path, os.X_OK) and os.path.isfile(ver)):
-            continue
-        with open(ver) as f:
-            if f.read().strip().split(":")[-1].startswith(base):
-                return path
-    raise Skip(f"no patched QEMU {base} build")
-
-
-class _Env:
-    """Set environment variables for the duration of a block."""
-
-    def __init__(self, **kv):
-        self.kv = kv
-        self.old = {}
-
-    def __enter__(self):
-        for k, v in self.kv.items():
-            self.old[k] = os.environ.get(k)
-            os.environ[k] = v
-
-    def __exit__(self, *exc):
-        for k, v in self.old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-class _MachineType:
-    """Run harness.migrate_once() with another machine type on both sides."""
-
-    def __init__(self, machine):
-        self.machine = machine
-        self.saved = None
-
-    def __enter__(self):
-        machine = self.machine
-        base = harness.VM
-
-        class VM(base):  # pylint: disable=too-few-public-methods
-            def __init__(self, *a, **kw):
-                super().__init__(*a, **kw)
-                self.machine.set_machine(machine)
-
-        self.saved = base
-        harness.VM = VM
-
-    def __exit__(self, *exc):
-        harness.VM = self.saved
 
 
 def _trace_events(path, names):
@@ -110,7 +46,7 @@ def _trace_events(path, names):
     return out
 
 
-@tag("migrate", "switchover")
+@tag("migrate", "switchover", "each_stack")
 def test_switchover_waits_for_the_hinted_first_pass():
     """A hinted migration of a guest with live data does not switch over
     before the first pass over RAM, which the hints shrank to that live
@@ -118,17 +54,15 @@ def test_switchover_waits_for_the_hinted_first_pass():
     driver hints without writing the hinted pages, so little but the live
     data is left after its first round (the in-tree driver zeroes every
     page it takes, and the next sync puts them all back)."""
-    binary = _ours("7.2")
-    if not have_ours_driver():
-        raise Skip("our driver is not built")
+    binary = our_qemu()
+    need_ours()
     sc = Scenario("stale", mem_mib=1024, keep_mib=LIVE_MIB)
     events = ("virtio_balloon_free_page_batch", "ram_first_pass_done",
               "migration_switchover_hinted_pass_wait",
               "migration_thread_low_pending")
-    with _Env(HB_TRACE=",".join(events)):
-        res = migrate("switchover-hinted-pass", src_bin=binary,
-                      balloon="ours", hint=True, scenario=sc,
-                      keep_dirs=True)
+    os.environ["HB_TRACE"] = ",".join(events)   # this test's process only
+    res = migrate("switchover-hinted-pass", src_bin=binary, balloon="ours",
+                  hint=True, scenario=sc, keep_dirs=True)
     assert_intact(res, "switch-over rule")
     dev = res.get("device_src") or {}
     assert dev.get("cleared-pages", 0) > 0, f"host took no hint: {dev}"
@@ -171,9 +105,7 @@ def _offered(binary, workdir, name, machine=None, props=""):
     """The balloon's offered (host) device features, as
     x-query-virtio-status reports them: (names, undecoded bitmap)."""
     vm = harness.VM(workdir, name, binary, mem_mib=256, balloon="intree",
-                    hint=True, device_props=props)
-    if machine:
-        vm.machine.set_machine(machine)
+                    hint=True, device_props=props, machine=machine)
     vm.launch()
     try:
         st = vm.qmp("x-query-virtio-status",
@@ -192,53 +124,50 @@ def _has_keep_writes(names, unknown):
                 for n in names) or bool(unknown >> KEEP_WRITES_BIT & 1))
 
 
-@tag("compat", "keep_writes")
+@tag("compat", "keep_writes", "each_stack")
 def test_keep_writes_offered_by_machine_type():
     """Bit 16 is offered with free-page-hint on the current machine type,
     and neither on the previous one nor without free-page-hint."""
-    for base, cfg in BASES.items():
-        binary = _ours(base)
-        workdir = os.path.join(BUILD, "tmp", f"kw-{base}-{os.getpid()}")
-        os.makedirs(workdir, exist_ok=True)
-        names, unk, prop = _offered(binary, workdir, "cur")
-        assert _has_keep_writes(names, unk) and prop is True, \
-            f"{base}: KEEP_WRITES not offered by default: {names} {unk:#x}"
-        assert any(n.startswith("VIRTIO_BALLOON_F_FREE_PAGE_HINT")
-                   for n in names), names
-        names, unk, prop = _offered(binary, workdir, "old",
-                                    machine=cfg["old_machine"])
-        assert not _has_keep_writes(names, unk) and prop is False, \
-            (f"{base}: KEEP_WRITES offered on {cfg['old_machine']}: "
-             f"{names} {unk:#x}")
-        names, unk, _ = _offered(binary, workdir, "nohint",
-                                 props="free-page-hint=off")
-        assert not _has_keep_writes(names, unk), \
-            f"{base}: KEEP_WRITES offered without free-page-hint: {names}"
-        subprocess.call(["rm", "-rf", workdir])
+    binary = our_qemu()
+    old = harness.STACKS[harness.STACK]["old_machine"]
+    workdir = os.path.join(BUILD, "tmp", f"kw-{harness.STACK}-{os.getpid()}")
+    os.makedirs(workdir, exist_ok=True)
+    names, unk, prop = _offered(binary, workdir, "cur")
+    assert _has_keep_writes(names, unk) and prop is True, \
+        f"KEEP_WRITES not offered by default: {names} {unk:#x}"
+    assert any(n.startswith("VIRTIO_BALLOON_F_FREE_PAGE_HINT")
+               for n in names), names
+    names, unk, prop = _offered(binary, workdir, "old", machine=old)
+    assert not _has_keep_writes(names, unk) and prop is False, \
+        f"KEEP_WRITES offered on {old}: {names} {unk:#x}"
+    names, unk, _ = _offered(binary, workdir, "nohint",
+                             props="free-page-hint=off")
+    assert not _has_keep_writes(names, unk), \
+        f"KEEP_WRITES offered without free-page-hint: {names}"
+    subprocess.call(["rm", "-rf", workdir])
 
 
-@tag("compat", "keep_writes")
+@tag("compat", "keep_writes", "each_stack")
 def test_keep_writes_old_machine_migrates_to_stock():
-    """A guest on the previous machine type migrates from our QEMU to stock
-    QEMU of the same base with hinting on, and keeps its data."""
-    for base, cfg in BASES.items():
-        binary = _ours(base)
-        seen = {}
+    """Our driver on the previous machine type negotiates no KEEP_WRITES
+    (so it hints in alloc mode), and the guest migrates from our QEMU to
+    the stock QEMU of the same stack with hinting on, keeping its data."""
+    need_ours()
+    old = harness.STACKS[harness.STACK]["old_machine"]
+    seen = {}
 
-        def negotiated(vm, _res):
-            seen["features"] = harness.balloon_features(vm)
+    def negotiated(vm, _res):
+        seen["features"] = harness.balloon_features(vm)
 
-        with _MachineType(cfg["old_machine"]):
-            res = migrate(f"keep-writes-{base}-old-machine-to-stock",
-                          src_bin=binary, dst_bin=cfg["stock"],
-                          balloon="intree", hint=True,
-                          scenario=Scenario("stale", mem_mib=512),
-                          on_source_ready=negotiated)
-        f = seen.get("features", "")
-        assert len(f) > FREE_PAGE_HINT_BIT and f[FREE_PAGE_HINT_BIT] == "1", \
-            f"FREE_PAGE_HINT not negotiated: features={f!r}"
-        assert len(f) <= KEEP_WRITES_BIT or f[KEEP_WRITES_BIT] == "0", \
-            f"KEEP_WRITES negotiated on {cfg['old_machine']}: {f!r}"
-        assert_intact(res, f"ours {base} ({cfg['old_machine']}) -> stock")
-        dev = res.get("device_src") or {}
-        assert dev.get("cleared-pages", 0) > 0, f"host took no hint: {dev}"
+    res = migrate(f"keep-writes-{harness.STACK}-old-machine-to-stock",
+                  src_bin=our_qemu(), dst_bin=harness.STOCK_QEMU,
+                  balloon="ours", hint=True,
+                  scenario=Scenario("stale", mem_mib=512),
+                  on_source_ready=negotiated, machine=old)
+    f = seen.get("features", "")
+    assert len(f) > FREE_PAGE_HINT_BIT and f[FREE_PAGE_HINT_BIT] == "1", \
+        f"FREE_PAGE_HINT not negotiated: features={f!r}"
+    assert len(f) <= KEEP_WRITES_BIT or f[KEEP_WRITES_BIT] == "0", \
+        f"KEEP_WRITES negotiated on {old}: {f!r}"
+    assert_intact(res, f"ours {harness.STACK} ({old}) -> stock")
+    assert_hinted(res, "alloc", f"ours {harness.STACK} ({old}) -> stock")

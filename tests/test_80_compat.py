@@ -6,6 +6,8 @@ Pairs with stock QEMU and hinting on are reference runs: stock 7.2's own
 data-loss bug under TCG applies, so their verdict is recorded
 (stock_runs/stock_losses) and not asserted.  Every other run must be
 intact."""
+import os
+
 from hb import harness
 from hb.harness import Scenario
 from hb.rigs import MEM, Rig, held
@@ -102,3 +104,26 @@ def test_cross_version_stock_to_ours_and_back_without_hinting():
         rig.verify("ours -> stock")
 
 
+
+
+def _other_kernel(stack, series):
+    """Our driver on the guest kernel of the other stack, on our QEMU of
+    `stack`, hinting in scan mode (our QEMU offers HINT_KEEP_WRITES)."""
+    need_ours()
+    harness.use_stack(stack)
+    os.environ["HB_GUEST"] = series          # this test's process only
+    res = migrate(f"compat-linux-{series}-on-qemu-{stack}", src_bin=our_qemu(),
+                  balloon="ours", hint=True,
+                  scenario=Scenario("stale", mem_mib=MEM))
+    assert_intact(res, f"Linux {series} on our QEMU {stack}")
+    assert_hinted(res, "scan", f"Linux {series} on our QEMU {stack}")
+
+
+@tag("reliability", "compat")
+def test_compat_linux_6_1_guest_on_qemu_10_0():
+    _other_kernel("10.0", "6.1")
+
+
+@tag("reliability", "compat")
+def test_compat_linux_6_12_guest_on_qemu_7_2():
+    _other_kernel("7.2", "6.12")

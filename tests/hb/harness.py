@@ -50,13 +50,60 @@ from qemu.machine import QEMUMachine  # noqa: E402  pylint: disable=C0413
 
 from .cpu import CpuSampler  # noqa: E402  pylint: disable=C0413
 
-STOCK_QEMU = "/usr/bin/qemu-system-x86_64"
-OUR_QEMU = os.path.join(BUILD, "qemu", "qemu-system-x86_64")
-# The QEMU 10.0 builds: ours (the default) and Debian's own, unpacked from
-# bookworm-backports' qemu-system-x86 (scripts/stock-qemu.sh).  Every binary
-# finds its firmware without -L (build-qemu.sh configures --firmwarepath).
+# The QEMU builds.  Ours: build/qemu (10.0) and build/qemu-7.2 (7.2).
+# Debian's own: /usr/bin (7.2) and bookworm-backports' 10.0, unpacked by
+# scripts/stock-qemu.sh.  Every binary finds its firmware without -L
+# (build-qemu.sh configures --firmwarepath).
+OUR_QEMU_10 = os.path.join(BUILD, "qemu", "qemu-system-x86_64")
 OUR_QEMU_72 = os.path.join(BUILD, "qemu-7.2", "qemu-system-x86_64")
 STOCK_QEMU_10 = os.path.join(BUILD, "stock-qemu-10.0", "qemu-system-x86_64")
+STOCK_QEMU_72 = "/usr/bin/qemu-system-x86_64"
+
+# The stacks balloon-hint supports.  Each one is tested side by side with
+# the stock pair of the same versions: Debian's QEMU and the in-tree driver
+# of the same guest kernel.  `old_machine` is the newest machine type
+# without HINT_KEEP_WRITES (hw_compat): a guest booted there can migrate to
+# the stock QEMU of the stack.
+STACKS = {
+    "10.0": {"ours": OUR_QEMU_10, "stock": STOCK_QEMU_10, "guest": "6.12",
+             "old_machine": "pc-i440fx-9.2"},
+    "7.2": {"ours": OUR_QEMU_72, "stock": STOCK_QEMU_72, "guest": "6.1",
+            "old_machine": "pc-i440fx-7.1"},
+}
+DEFAULT_STACK = "10.0"
+
+
+def use_stack(name):
+    """Make `name` ("10.0" or "7.2") the stack of this process: the
+    harness's OUR_QEMU, STOCK_QEMU and default guest kernel."""
+    global STACK, OUR_QEMU, STOCK_QEMU  # pylint: disable=global-statement
+    if name not in STACKS:
+        raise ValueError(f"unknown stack {name!r}; known: {sorted(STACKS)}")
+    STACK = name
+    OUR_QEMU = STACKS[name]["ours"]
+    STOCK_QEMU = STACKS[name]["stock"]
+    os.environ["HB_STACK"] = name
+
+
+STACK = OUR_QEMU = STOCK_QEMU = None
+use_stack(os.environ.get("HB_STACK") or DEFAULT_STACK)
+
+_MACHINES = {}
+
+
+def machine_for(binary):
+    """The machine type a VM of `binary` uses: the one `pc` stands for in
+    that binary (pc-i440fx-10.0, pc-i440fx-7.2, ...)."""
+    if binary not in _MACHINES:
+        out = subprocess.run([binary, "-machine", "help"], text=True,
+                             capture_output=True, check=True).stdout
+        m = re.search(r"^pc\s.*\(alias of (pc-i440fx-[0-9.]+)\)", out, re.M)
+        if not m:
+            raise RuntimeError(f"{binary}: no pc machine alias in -machine help")
+        _MACHINES[binary] = m.group(1)
+    return _MACHINES[binary]
+
+
 # migrate_once(dst_args=...) for a destination whose RAM is resident before
 # the load: it no longer waits for page faults (benchmarks.md, "Where the
 # time goes").
@@ -307,7 +354,8 @@ class VM:
 
     def __init__(self, workdir, name, binary, mem_mib, balloon, hint,
                  incoming=None, kernel=None, initrd=None, balloon_args="",
-                 device_props="", extra_args=(), smp=2, kernel_args=""):
+                 device_props="", extra_args=(), smp=2, kernel_args="",
+                 machine=None):
         self.name = name
         self.workdir = workdir
         self.console = os.path.join(workdir, f"{name}-console.log")
@@ -350,7 +398,7 @@ class VM:
             binary, args=args, name=name, base_temp_dir=workdir,
             wrapper=["setpriv", "--pdeathsig", "KILL", "--"],
             log_dir=workdir)
-        self.machine.set_machine("pc-i440fx-7.2")
+        self.machine.set_machine(machine or machine_for(binary))
         self.guest = Guest(self.cmdsock, self._dead)
         # stderr lines this VM is expected to print (regexes)
         self.allow_errors = []
@@ -483,10 +531,11 @@ class VM:
 def guest_kver(series=None):
     """The guest kernel version: of `series` ("6.1", "6.12"), else of the
     HB_GUEST environment variable, else $KVER (as `make ... KVER=` passes
-    it down), else the default guest kernel."""
+    it down), else the guest kernel of the stack."""
     series = series or os.environ.get("HB_GUEST") or ""
     if not series and os.environ.get("KVER"):
         return os.environ["KVER"]
+    series = series or STACKS[STACK]["guest"]
     return subprocess.check_output(
         [os.path.join(TOP, "scripts", "guest-kver.sh")] +
         ([series] if series else []), text=True).strip()
@@ -497,12 +546,8 @@ def guest_kernel(series=None):
 
 
 def guest_initrd(series=None):
-    """The test image of that kernel (make image KVER=...); the default
-    kernel's is also build/initramfs.cpio.gz."""
-    path = os.path.join(BUILD, f"initramfs-{guest_kver(series)}.cpio.gz")
-    if series or os.environ.get("HB_GUEST") or os.path.exists(path):
-        return path
-    return os.path.join(BUILD, "initramfs.cpio.gz")
+    """The test image of that kernel (`make images` builds both)."""
+    return os.path.join(BUILD, f"initramfs-{guest_kver(series)}.cpio.gz")
 
 
 def balloon_stats(vm):
@@ -828,19 +873,21 @@ def wait_migration(src, timeout, on_tick=None):
         time.sleep(0.05)
 
 
-def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
+def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
                  hint=False, scenario=None, workdir=None, balloon_args="",
                  device_props="", timeout=600, keep_dirs=False,
                  on_source_ready=None, on_destination=None, dst_args=(),
-                 on_verified=None, vm_args=()):
+                 on_verified=None, vm_args=(), machine=None):
     """Boot a source guest, prepare it, migrate it, verify it on the
     destination.  Returns a JSON-able dict; never leaves a QEMU behind.
     dst_args: extra QEMU arguments for the destination only; vm_args: for
-    both sides (e.g. a NUMA memory layout).  Hooks, each called as
+    both sides (e.g. a NUMA memory layout); machine: the machine type of
+    both sides (default: the one `pc` stands for).  Hooks, each called as
     hook(vm, res): on_source_ready before the migration starts,
     on_destination once the destination runs, on_verified after the guest
     data was verified there (before the consoles are read)."""
     sc = scenario or Scenario()
+    src_bin = src_bin or STOCK_QEMU
     dst_bin = dst_bin or src_bin
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="hb-mig-",
@@ -864,7 +911,7 @@ def migrate_once(src_bin=STOCK_QEMU, dst_bin=None, balloon="intree",
            "workdir": workdir}
     common = dict(mem_mib=sc.mem_mib, balloon=balloon, hint=hint,
                   balloon_args=balloon_args, device_props=device_props,
-                  smp=sc.smp)
+                  smp=sc.smp, machine=machine)
     src = VM(workdir, "src", src_bin, extra_args=tuple(vm_args), **common)
     dst = VM(workdir, "dst", dst_bin, incoming=f"unix:{mig_sock}",
              extra_args=tuple(vm_args) + tuple(dst_args), **common)
