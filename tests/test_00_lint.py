@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 
-from hb.testlib import TOP, BUILD, sh, tag
+from hb.testlib import TOP, BUILD, sh, tag, timeout
 
 CACHE = os.environ.get("BH_CACHE", "/var/cache/balloon-hint")
 BASES = ("10.0", "7.2")
@@ -89,7 +89,8 @@ def test_qemu_patches_pass_checkpatch():
             assert "Signed-off-by:" in txt, f"{base}/{p}: no Signed-off-by"
 
 
-@tag("lint")
+@tag("lint", "series")
+@timeout(3 * 3600)
 def test_every_prefix_of_each_series_builds():
     """scripts/check-series.sh: each patch applied in turn, qemu-system-x86_64
     rebuilt after each (prefixes that built before are remembered)."""

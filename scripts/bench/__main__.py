@@ -3,11 +3,16 @@
 """make bench: what free page hinting saves a live migration, and what it
 costs.
 
-  scripts/bench [--quick] [--repeats N] [--cells SPEC] [--only-report] ...
+  scripts/bench [--stack 10.0|7.2] [--quick] [--repeats N] [--cells SPEC] ...
+
+A run measures one stack side by side with its stock pair: our QEMU and
+driver against Debian's QEMU of the same version with the in-tree driver of
+the same guest kernel (10.0 + Linux 6.12, the default; 7.2 + Linux 6.1).
 
 The matrix is scenarios.py's; each run goes through engine.py (one
 harness.migrate_once() under a watchdog); report.py turns the runs into
-statistics and Markdown tables, plot.py into plots.  Output in build/bench/:
+statistics and Markdown tables, plot.py into plots.  Output in
+build/bench/STACK/:
   results.json  every run, raw (incl. query-migrate, counters)
   table.md      Markdown tables (ratios to configuration b)
   *.png         plots
@@ -32,10 +37,18 @@ import host  # noqa: E402  pylint: disable=C0413
 import report  # noqa: E402  pylint: disable=C0413
 import scenarios  # noqa: E402  pylint: disable=C0413
 
-OUT = os.path.join(TOP, "build", "bench")
-RESULTS = os.path.join(OUT, "results.json")
-TABLE = os.path.join(OUT, "table.md")
+OUT = RESULTS = TABLE = None
 log = host.log
+
+
+def use_stack(stack):
+    """Run the bench on `stack`: its QEMUs and guest kernel, its own
+    output folder."""
+    global OUT, RESULTS, TABLE  # pylint: disable=global-statement
+    harness.use_stack(stack)
+    OUT = os.path.join(TOP, "build", "bench", stack)
+    RESULTS = os.path.join(OUT, "results.json")
+    TABLE = os.path.join(OUT, "table.md")
 
 
 def estimate(cell, history):
@@ -64,6 +77,10 @@ def write_outputs(results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stack", choices=sorted(harness.STACKS),
+                    default=harness.DEFAULT_STACK,
+                    help="the stack to measure against its stock pair "
+                    f"(default {harness.DEFAULT_STACK})")
     ap.add_argument("--quick", action="store_true",
                     help="1 GiB, configs a b d, fresh+stale(+bw), 1 repeat")
     ap.add_argument("--repeats", type=int, default=None)
@@ -94,6 +111,7 @@ def main():
                     help="migration downtime-limit for every run "
                     f"(default {harness.DOWNTIME_LIMIT_MS}, QEMU's own)")
     a = ap.parse_args()
+    use_stack(a.stack)
     if not 1 <= a.downtime_limit <= 2000000:
         ap.error("--downtime-limit must be 1..2000000 ms (QEMU takes up "
                  "to 2000 s)")
@@ -130,9 +148,10 @@ def main():
     our_bin = host.snapshot_our_qemu(os.path.join(OUT, "qemu"))
     meta = host.machine_info(our_bin)
     if not meta["our_qemu_patched"]:
-        log("WARNING: build/qemu/qemu-system-x86_64 has no "
+        log(f"WARNING: {harness.OUR_QEMU} has no "
             "free-page-hint-wait-ms property: not the patched QEMU")
-    meta.update(mode=mode, repeats=repeats,
+    meta.update(stack=a.stack, guest_kernel=harness.guest_kver(),
+                mode=mode, repeats=repeats,
                 started=time.strftime("%Y-%m-%d %H:%M:%S"),
                 command=" ".join([sys.executable] + sys.argv),
                 cells=[list(c) for c in cells], dst_args=list(dst_args),
