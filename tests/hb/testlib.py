@@ -77,8 +77,15 @@ def qemu_bin(which):
     return {"stock": harness.STOCK_QEMU, "ours": harness.OUR_QEMU}[which]
 
 
+def ours_driver_path():
+    """Our driver as the test guests load it: the test build in the image
+    of the guest kernel (`make images`)."""
+    return os.path.join(BUILD, f"mod-{harness.guest_kver()}", "guest",
+                        "virtio_balloon.ko")
+
+
 def have_ours_driver():
-    return os.path.exists(os.path.join(TOP, "guest", "virtio_balloon.ko"))
+    return os.path.exists(ours_driver_path())
 
 
 def log_result(res, label):
@@ -178,9 +185,9 @@ def assert_hinted(res, mode=None, label=""):
 
 
 def need_ours():
-    """Our driver is built by `make image`: its absence is a build
+    """Our driver is built by `make images`: its absence is a build
     failure, not a missing environment."""
-    path = os.path.join(TOP, "guest", "virtio_balloon.ko")
+    path = ours_driver_path()
     assert os.path.exists(path), f"our driver is not built ({path})"
 
 
