@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0
 """Our guest driver's contract with the device, on both guest kernels:
-which hint mode each host gets (VIRTIO_BALLOON_F_HINT_KEEP_WRITES, bit 16),
+which hint mode each host of a stack gets (stock QEMU: alloc; our QEMU,
+which offers VIRTIO_BALLOON_F_HINT_KEEP_WRITES, bit 16: scan),
 sleep with hinting in progress (freeze/restore and a restore that fails),
 memory hot-add/remove while free memory is searched, and migrations of our
 driver on each guest kernel, data verified on the destination."""
-import glob
 import os
 import subprocess
 import tempfile
@@ -12,7 +12,7 @@ import time
 
 from hb import harness
 from hb.testlib import (BUILD, CURRENT, Skip, assert_intact, migrate,
-                        have_ours_driver, tag)
+                        have_ours_driver, our_qemu, tag)
 
 KEEP_WRITES_BIT = 16
 FREE_PAGE_HINT_BIT = 3
@@ -29,32 +29,32 @@ def _need(series):
 
 def _offers_keep_writes(binary):
     """Does this QEMU have the free-page-hint-keep-writes property?"""
-    if not os.access(binary, os.X_OK):
-        return False
     r = subprocess.run([binary, "-device", "virtio-balloon-pci,help"],
                        capture_output=True, text=True, check=False)
     return "free-page-hint-keep-writes" in r.stdout
 
 
-def _keep_writes_qemu():
-    """Our QEMU build that offers HINT_KEEP_WRITES, if one is built."""
-    for b in [harness.OUR_QEMU] + sorted(
-            glob.glob(os.path.join(BUILD, "qemu*", "qemu-system-x86_64"))):
-        if _offers_keep_writes(b):
-            return b
-    return None
+def _hosts():
+    """The hosts of this process's stack and the hint mode `auto` must pick
+    on each: stock QEMU offers no HINT_KEEP_WRITES (alloc), ours offers it
+    (scan).  Our build lacking the property is a failure."""
+    ours = our_qemu()
+    assert _offers_keep_writes(ours), \
+        f"{ours} does not offer free-page-hint-keep-writes"
+    return [("stock", harness.STOCK_QEMU, "alloc"), ("ours", ours, "scan")]
 
 
 class Guest:
     """A booted guest (not migrated) of one guest kernel series with our
     driver's test build; fails on any kernel error on its console."""
 
-    def __init__(self, series, binary=harness.STOCK_QEMU, mem=1024,
+    def __init__(self, series, binary=None, mem=1024,
                  balloon_args="fault_inject=1", extra_args=(),
                  kernel_args=""):
         _need(series)
         d = tempfile.mkdtemp(prefix="hb-ct-", dir=os.path.join(BUILD, "tmp"))
-        self.vm = harness.VM(d, "ct", binary, mem, "ours", True,
+        self.vm = harness.VM(d, "ct", binary or harness.STOCK_QEMU, mem,
+                             "ours", True,
                              kernel=harness.guest_kernel(series),
                              initrd=harness.guest_initrd(series),
                              balloon_args=balloon_args,
@@ -114,15 +114,12 @@ def _check_refuses_scan(vm, why):
     assert rc == 0 and after == "alloc", (rc, after, err)
 
 
-@tag("driver", "contract")
+@tag("driver", "contract", "each_stack")
 def test_mode_without_keep_writes_is_alloc():
-    """Stock QEMU and our QEMU without HINT_KEEP_WRITES, each guest kernel:
-    free page hinting is negotiated, bit 16 is not, auto picks alloc, and
+    """Stock QEMU of the stack, each guest kernel: free page hinting is
+    negotiated, HINT_KEEP_WRITES (bit 16) is not, auto picks alloc, and
     forcing scan gives EINVAL with the reason in the kernel log."""
-    hosts = [("stock", harness.STOCK_QEMU)]
-    if os.access(harness.OUR_QEMU, os.X_OK) and \
-            not _offers_keep_writes(harness.OUR_QEMU):
-        hosts.append(("ours", harness.OUR_QEMU))
+    hosts = [(n, b) for n, b, want in _hosts() if want == "alloc"]
     for series in SERIES:
         for name, binary in hosts:
             with Guest(series, binary) as vm:
@@ -132,7 +129,8 @@ def test_mode_without_keep_writes_is_alloc():
                     f[KEEP_WRITES_BIT] == "0", (series, name, f)
                 assert _mode(vm) == "alloc", (series, name)
                 _check_refuses_scan(vm, "HINT_KEEP_WRITES")
-                CURRENT.facts[f"mode_{name}_{series}"] = "alloc"
+                CURRENT.facts[f"mode_{harness.STACK}_{name}_{series}"] = \
+                    "alloc"
     # The module parameter cannot ask for scan either: it loads, says why,
     # and uses alloc.
     with Guest("6.12", balloon_args="hint_mode=scan") as vm:
@@ -140,28 +138,31 @@ def test_mode_without_keep_writes_is_alloc():
         assert _dmesg(vm, "hint_mode=scan refused, using alloc")
 
 
-@tag("driver", "contract")
+@tag("driver", "contract", "each_stack")
 def test_mode_with_keep_writes_is_scan():
-    """Our QEMU offering HINT_KEEP_WRITES: bit 16 is negotiated, auto picks
-    scan, alloc can be asked for and auto goes back to scan; a guest whose
-    free pages keep a content (page_poison=1) still gets alloc."""
-    binary = _keep_writes_qemu()
-    if not binary:
-        raise Skip("no QEMU build offers free-page-hint-keep-writes")
+    """Our QEMU of the stack offers HINT_KEEP_WRITES: bit 16 is negotiated,
+    auto picks scan, alloc can be asked for and auto goes back to scan; a
+    guest whose free pages keep a content (page_poison=1) still gets
+    alloc."""
+    hosts = [(n, b) for n, b, want in _hosts() if want == "scan"]
     for series in SERIES:
-        with Guest(series, binary) as vm:
-            f = harness.balloon_features(vm)
-            assert f[KEEP_WRITES_BIT] == "1", (series, f)
-            assert _mode(vm) == "scan", series
-            d = _dir(vm)
-            rc, after, err = _write(vm, f"{d}/mode", "alloc")
-            assert rc == 0 and after == "alloc", (rc, after, err)
-            rc, after, err = _write(vm, f"{d}/mode", "auto")
-            assert rc == 0 and after == "scan", (rc, after, err)
-            CURRENT.facts[f"mode_keep_writes_{series}"] = "scan"
-    with Guest("6.12", binary, kernel_args="page_poison=1") as vm:
-        assert _mode(vm) == "alloc"
-        _check_refuses_scan(vm, "poisoned")
+        for name, binary in hosts:
+            with Guest(series, binary) as vm:
+                f = harness.balloon_features(vm)
+                assert len(f) > KEEP_WRITES_BIT and \
+                    f[KEEP_WRITES_BIT] == "1", (series, name, f)
+                assert _mode(vm) == "scan", (series, name)
+                d = _dir(vm)
+                rc, after, err = _write(vm, f"{d}/mode", "alloc")
+                assert rc == 0 and after == "alloc", (rc, after, err)
+                rc, after, err = _write(vm, f"{d}/mode", "auto")
+                assert rc == 0 and after == "scan", (rc, after, err)
+                CURRENT.facts[f"mode_{harness.STACK}_{name}_{series}"] = \
+                    "scan"
+    for _, binary in hosts:
+        with Guest("6.12", binary, kernel_args="page_poison=1") as vm:
+            assert _mode(vm) == "alloc"
+            _check_refuses_scan(vm, "poisoned")
 
 
 def _start_round(vm):
@@ -308,25 +309,19 @@ def test_memory_hotplug_while_searching():
 
 @tag("driver", "contract", "migrate")
 def test_migrate_our_driver_each_kernel():
-    """Our driver on each guest kernel, migrated by our QEMU with hinting
-    (alloc mode; scan mode on a build offering HINT_KEEP_WRITES): data
-    intact, both consoles clean.  On stock QEMU the run is a
-    reference (stock 7.2's own TCG bug applies) and only counted."""
+    """Our driver on each guest kernel, migrated with hinting by the stock
+    and our QEMU of the stack: ours (scan mode, HINT_KEEP_WRITES) keeps the
+    data intact with both consoles clean; the stock run is a reference
+    (stock 7.2's own TCG bug applies), in alloc mode, and only counted."""
+    hosts = _hosts()
     for series in SERIES:
         _need(series)
         old = os.environ.get("HB_GUEST")
         os.environ["HB_GUEST"] = series
         try:
-            hosts = [("ours", harness.OUR_QEMU),
-                     ("stock", harness.STOCK_QEMU)]
-            kw = _keep_writes_qemu()
-            if kw and kw != harness.OUR_QEMU:
-                hosts.append(("keep_writes", kw))
-            for name, binary in hosts:
-                if not os.access(binary, os.X_OK):
-                    continue
-                res = migrate(f"ct-{series}-{name}", src_bin=binary,
-                              balloon="ours", hint=True,
+            for name, binary, want in hosts:
+                res = migrate(f"ct-{harness.STACK}-{series}-{name}",
+                              src_bin=binary, balloon="ours", hint=True,
                               scenario=harness.Scenario("stale"))
                 if name == "stock":
                     CURRENT.add("stock_runs")
@@ -337,7 +332,6 @@ def test_migrate_our_driver_each_kernel():
                 assert_intact(res, f"our driver on {series}, {name} QEMU")
                 g = res.get("guest_hint") or {}
                 assert g.get("bytes_hinted", 0) > 0, g
-                want = "scan" if _offers_keep_writes(binary) else "alloc"
                 assert g.get("mode") == want, (name, g)
         finally:
             if old is None:
