@@ -1,12 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0
 """Quality gates: kernel style/W=1/sparse, QEMU checkpatch, idempotent setup.
 Each gate is also shown to fail on a real violation."""
-import glob
 import os
 import shutil
 import tempfile
 
-from hb.testlib import TOP, BUILD, sh, tag, timeout
+from hb.testlib import TOP, sh, tag, timeout
 
 CACHE = os.environ.get("BH_CACHE", "/var/cache/balloon-hint")
 BASES = ("10.0", "7.2")

@@ -8,41 +8,30 @@ import tempfile
 import time
 
 from hb import harness
-from hb.testlib import (BUILD, CURRENT, TOP, Skip, assert_intact,
-                        have_ours_driver, migrate, qemu_bin, sh, tag)
+from hb.rigs import BootedGuest
+from hb.testlib import (BUILD, CURRENT, TOP, Skip, assert_intact, migrate,
+                        need_ours, our_keep_writes_qemu, qemu_bin, sh, tag)
 
 KO = os.path.join(TOP, "guest", "virtio_balloon.ko")
 
 
 def _need_driver():
-    if not have_ours_driver():
-        raise Skip("our driver is not built")
+    need_ours()
 
 
 def _kver(series=""):
     return sh(f"{TOP}/scripts/guest-kver.sh {series}").stdout.strip()
 
 
-class _Guest:
+class _Guest(BootedGuest):
     """A booted guest (not migrated) with the given device properties."""
 
     def __init__(self, balloon="ours", qemu="stock", hint=True, props="",
                  mem=1024, balloon_args="", kernel_args=""):
         _need_driver()
-        d = tempfile.mkdtemp(prefix="hb-drv-", dir=os.path.join(BUILD, "tmp"))
-        self.vm = harness.VM(d, "drv", qemu_bin(qemu), mem, balloon, hint,
-                             device_props=props, balloon_args=balloon_args,
-                             kernel_args=kernel_args)
-
-    def __enter__(self):
-        self.vm.boot()
-        return self.vm
-
-    def __exit__(self, *exc):
-        errs = self.vm.kernel_errors()
-        self.vm.kill()
-        if exc[0] is None:
-            assert not errs, f"guest kernel errors: {errs[:5]}"
+        super().__init__("drv", qemu_bin(qemu), mem, balloon, hint,
+                         device_props=props, balloon_args=balloon_args,
+                         kernel_args=kernel_args)
 
 
 def _meminfo(vm):
@@ -330,10 +319,7 @@ def test_hint_round_counters_scan_mode():
     ever), merges adjacent blocks into fewer ranges, counts blocks by
     order and reports what the search cost; a second migration runs a
     second round."""
-    from test_45_guest_contract import _keep_writes_qemu
-    binary = _keep_writes_qemu()
-    if not binary:
-        raise Skip("no QEMU build offers free-page-hint-keep-writes")
+    binary = our_keep_writes_qemu()
     _need_driver()
     d = tempfile.mkdtemp(prefix="hb-drv-", dir=os.path.join(BUILD, "tmp"))
     vm = harness.VM(d, "drv", binary, 1024, "ours", True)

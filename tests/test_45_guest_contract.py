@@ -6,13 +6,12 @@ sleep with hinting in progress (freeze/restore and a restore that fails),
 memory hot-add/remove while free memory is searched, and migrations of our
 driver on each guest kernel, data verified on the destination."""
 import os
-import subprocess
-import tempfile
 import time
 
 from hb import harness
-from hb.testlib import (BUILD, CURRENT, Skip, assert_intact, migrate,
-                        have_ours_driver, our_qemu, tag)
+from hb.rigs import BootedGuest
+from hb.testlib import (CURRENT, assert_intact, migrate, need_ours,
+                        our_keep_writes_qemu, tag)
 
 KEEP_WRITES_BIT = 16
 FREE_PAGE_HINT_BIT = 3
@@ -21,30 +20,22 @@ DEBUGFS = "/sys/kernel/debug/virtio_balloon"
 
 
 def _need(series):
-    if not have_ours_driver():
-        raise Skip("our driver is not built")
-    if not os.path.exists(harness.guest_initrd(series)):
-        raise Skip(f"no test image for {series} (make image KVER=...)")
-
-
-def _offers_keep_writes(binary):
-    """Does this QEMU have the free-page-hint-keep-writes property?"""
-    r = subprocess.run([binary, "-device", "virtio-balloon-pci,help"],
-                       capture_output=True, text=True, check=False)
-    return "free-page-hint-keep-writes" in r.stdout
+    """`make images` builds the driver and both test images: a missing one
+    is a build failure, not a missing environment."""
+    need_ours()
+    assert os.path.exists(harness.guest_initrd(series)), \
+        f"no test image for {series} (make images)"
 
 
 def _hosts():
     """The hosts of this process's stack and the hint mode `auto` must pick
     on each: stock QEMU offers no HINT_KEEP_WRITES (alloc), ours offers it
     (scan).  Our build lacking the property is a failure."""
-    ours = our_qemu()
-    assert _offers_keep_writes(ours), \
-        f"{ours} does not offer free-page-hint-keep-writes"
-    return [("stock", harness.STOCK_QEMU, "alloc"), ("ours", ours, "scan")]
+    return [("stock", harness.STOCK_QEMU, "alloc"),
+            ("ours", our_keep_writes_qemu(), "scan")]
 
 
-class Guest:
+class Guest(BootedGuest):
     """A booted guest (not migrated) of one guest kernel series with our
     driver's test build; fails on any kernel error on its console."""
 
@@ -52,23 +43,11 @@ class Guest:
                  balloon_args="fault_inject=1", extra_args=(),
                  kernel_args=""):
         _need(series)
-        d = tempfile.mkdtemp(prefix="hb-ct-", dir=os.path.join(BUILD, "tmp"))
-        self.vm = harness.VM(d, "ct", binary or harness.STOCK_QEMU, mem,
-                             "ours", True,
-                             kernel=harness.guest_kernel(series),
-                             initrd=harness.guest_initrd(series),
-                             balloon_args=balloon_args,
-                             extra_args=extra_args, kernel_args=kernel_args)
-
-    def __enter__(self):
-        self.vm.boot()
-        return self.vm
-
-    def __exit__(self, *exc):
-        errs = self.vm.kernel_errors()
-        self.vm.kill()
-        if exc[0] is None:
-            assert not errs, f"guest kernel errors: {errs[:5]}"
+        super().__init__("ct", binary or harness.STOCK_QEMU, mem, "ours", True,
+                         kernel=harness.guest_kernel(series),
+                         initrd=harness.guest_initrd(series),
+                         balloon_args=balloon_args, extra_args=extra_args,
+                         kernel_args=kernel_args)
 
 
 def _dir(vm):

@@ -22,7 +22,8 @@ from hb.harness import Scenario, device_counters
 from hb.rigs import (HELD, MEM, THROTTLE, IothreadGate, Rig, final_migration,
                      held, held_parts, held_round)
 from hb.testlib import (CURRENT, assert_hinted, assert_intact, migrate,
-                        need_ours, our_qemu, tag, timeout)
+                        need_ours, our_keep_writes_qemu, our_qemu, tag,
+                        timeout)
 
 
 @tag("reliability", "faults", "sanitize", "each_stack")
@@ -161,9 +162,7 @@ def test_scan_mode_exit_paths():
     migration hints and keeps data.  Scan needs a QEMU offering
     HINT_KEEP_WRITES (bit 16), as ours does."""
     need_ours()
-    from test_45_guest_contract import _offers_keep_writes
-    assert _offers_keep_writes(our_qemu()), \
-        "our QEMU does not offer free-page-hint-keep-writes"
+    our_keep_writes_qemu()
     with Rig("scan-exit") as rig:
         rig.boot()
         for fault in ("cancel", "kill"):

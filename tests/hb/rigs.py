@@ -308,3 +308,25 @@ class IothreadGate:
 
     def stop(self):
         self.gdb.detach()
+
+
+class BootedGuest:
+    """One booted guest, never migrated, as a context manager yielding its
+    VM: the VM's arguments are harness.VM's.  On a clean exit, any kernel
+    error on its console fails the test; the QEMU is always ended and its
+    directory removed."""
+
+    def __init__(self, label, binary, mem, balloon, hint, **vm_kw):
+        self.dir = tmpdir(label)
+        self.vm = VM(self.dir, label, binary, mem, balloon, hint, **vm_kw)
+
+    def __enter__(self):
+        self.vm.boot()
+        return self.vm
+
+    def __exit__(self, *exc):
+        errs = self.vm.kernel_errors()
+        self.vm.kill()
+        if exc[0] is None:
+            subprocess.call(["rm", "-rf", self.dir])
+            assert not errs, f"guest kernel errors: {errs[:5]}"

@@ -199,6 +199,22 @@ def our_qemu():
     return path
 
 
+def offers_keep_writes(binary):
+    """Does this QEMU have the free-page-hint-keep-writes property?"""
+    r = subprocess.run([binary, "-device", "virtio-balloon-pci,help"],
+                       capture_output=True, text=True, check=False)
+    return "free-page-hint-keep-writes" in r.stdout
+
+
+def our_keep_writes_qemu():
+    """Our QEMU of the stack, which must offer HINT_KEEP_WRITES: a build
+    without it is a failure."""
+    ours = our_qemu()
+    assert offers_keep_writes(ours), \
+        f"{ours} does not offer free-page-hint-keep-writes"
+    return ours
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, shell=True, text=True, capture_output=True,
                           **kw)
