@@ -26,7 +26,10 @@
 #   SANITIZE=1        --enable-sanitizers build into build/qemu-asan/
 #                     (10.0) or build/qemu-7.2-asan/ (7.2)
 #   QEMU_SRC_VERSION  Debian version to fetch (default: the pinned one)
-#   BH_NEED_TREE=1    also leave a configured build tree (QEMU's qtests)
+#   BH_NEED_TREE=1    also leave a configured build tree
+#
+# A build also makes the qtest binaries scripts/run-qtests.sh runs and caches
+# them under the same key (not for SANITIZE=1).
 #   BH_CACHE          cache directory (default /var/cache/balloon-hint)
 set -euo pipefail
 
@@ -162,8 +165,12 @@ say "configure ${cfg[*]}"
 (cd "$bdir" && nice -n 10 ../configure --cc="$qemu_cc" --host-cc=gcc "${cfg[@]}" > configure.log 2>&1) ||
 	{ tail -30 "$bdir/configure.log"; die "configure failed"; }
 qemu_venv_fixup "$bdir"
+# QEMU's qtests (scripts/run-qtests.sh) come from the same tree: built here
+# with the binary, they never need a second build of the tree.
+qtests=()
+[ "${SANITIZE:-0}" = 1 ] || qtests=("${QTEST_TARGETS[@]}")
 say "ninja (this takes a while on 2 cores)"
-nice -n 10 ninja -C "$bdir" qemu-system-x86_64 2>&1 |
+nice -n 10 ninja -C "$bdir" qemu-system-x86_64 "${qtests[@]}" 2>&1 |
 	awk '/^\[/ { if (++n % 200 == 0) { print "[build-qemu] " $1; fflush() } next } { print }'
 [ "${PIPESTATUS[0]}" = 0 ] || die "build failed"
 echo "$key" > "$bdir/.key"
@@ -178,6 +185,13 @@ if ! mv -T "$tmp" "$cache/bin/$key" 2>/dev/null; then
 	mv -T "$cache/bin/$key" "$cache/bin/$key.old" 2>/dev/null || true
 	mv -T "$tmp" "$cache/bin/$key"
 	rm -rf "$cache/bin/$key.old"
+fi
+if [ ${#qtests[@]} -gt 0 ] && [ ! -d "$cache/qtests/$key" ]; then
+	mkdir -p "$cache/qtests"
+	tmp=$(mktemp -d "$cache/qtests/.tmp-$key-XXXXXX")
+	for t in "${qtests[@]}"; do cp "$bdir/$t" "$tmp/"; done
+	chmod 0755 "$tmp"
+	mv -T "$tmp" "$cache/qtests/$key" 2>/dev/null || rm -rf "$tmp"
 fi
 install_from "$cache/bin/$key"
 say "built $out/qemu-system-x86_64 ($version, key $key)"

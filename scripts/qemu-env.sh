@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-# Sourced by build-qemu.sh and check-series.sh: the configure flags of our
+# Sourced by build-qemu.sh, check-series.sh and run-qtests.sh: the configure flags of our
 # QEMU builds and the tools they run with.
 
 cache=${BH_CACHE:-/var/cache/balloon-hint}
@@ -13,6 +13,10 @@ QEMU_FIRMWAREPATH=/usr/share/qemu:/usr/share/seabios:/usr/lib/ipxe/qemu
 # Python venv sees it through PYTHONPATH (and, for ninja's re-runs of meson,
 # through a .pth file in the venv).
 BH_MESON_DIR=$cache/meson/usr/lib/python3/dist-packages
+
+# The QEMU qtests scripts/run-qtests.sh runs, built with our binary.
+QTEST_TARGETS=(tests/qtest/qos-test tests/qtest/qom-test
+	       tests/qtest/device-introspect-test tests/qtest/migration-test)
 
 qemu_cfg() { # base -> cfg[]
 	cfg=(--target-list=x86_64-softmmu --disable-docs --disable-tools --disable-gtk

@@ -51,7 +51,7 @@ done
 
 case "$base" in
 10.0) outname=qemu; stock=$top/build/stock-qemu-10.0/qemu-system-x86_64 ;;
-7.2) outname=qemu-7.2; stock=/usr/bin/qemu-system-x86_64 ;;
+"7.2") outname=qemu-7.2; stock=/usr/bin/qemu-system-x86_64 ;;
 *) die "unknown base $base" ;;
 esac
 ours=${HB_OUR_QEMU:-$top/build/$outname/qemu-system-x86_64}
@@ -62,8 +62,9 @@ logs=$top/build/results/qtests-$base
 scratch=$top/build/tmp/qtests
 mkdir -p "$stash/bin" "$logs" "$scratch"
 
-targets=(tests/qtest/qos-test tests/qtest/qom-test
-	 tests/qtest/device-introspect-test tests/qtest/migration-test)
+# shellcheck source=scripts/qemu-env.sh
+. "$top/scripts/qemu-env.sh"
+targets=("${QTEST_TARGETS[@]}")
 
 # 1. Build (under build-qemu.sh's lock: it may rm -rf the tree otherwise).
 key=$(cat "$top/build/$outname/.key" 2>/dev/null || echo none)
@@ -95,8 +96,7 @@ else
 	done
 	say "building ${targets[*]} in $bdir"
 	export CCACHE_DIR=${BH_CACHE:-/var/cache/balloon-hint}/ccache
-	# shellcheck source=scripts/qemu-env.sh
-	. "$top/scripts/qemu-env.sh" && qemu_cfg "$base"    # meson for 10.0
+	qemu_cfg "$base"    # meson for 10.0
 	nice -n 10 ninja -C "$bdir" "${targets[@]}" > "$logs/build.log" 2>&1 ||
 		{ tail -30 "$logs/build.log"; die "qtest build failed (see $logs/build.log)"; }
 	for t in "${targets[@]}"; do install -m 0755 "$bdir/$t" "$stash/bin/"; done
