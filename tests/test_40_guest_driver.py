@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Our guest driver: packaging, and everything the in-tree driver does,
 driven through QMP and checked inside the guest."""
+import contextlib
 import glob
 import os
 import re
@@ -8,8 +9,9 @@ import tempfile
 import time
 
 from hb import harness
+from hb.hostfiles import dkms_version, installed_module
 from hb.rigs import BootedGuest
-from hb.testlib import (BUILD, CURRENT, TOP, Skip, assert_intact, migrate,
+from hb.testlib import (BUILD, CURRENT, TOP, assert_intact, migrate,
                         need_ours, our_keep_writes_qemu, qemu_bin, sh, tag)
 
 KO = os.path.join(TOP, "guest", "virtio_balloon.ko")
@@ -75,50 +77,52 @@ def test_modinfo_identifies_our_module():
 @tag("driver")
 def test_make_install_makes_modprobe_pick_ours():
     """`make install` puts the module in updates/ and depmod makes modprobe
-    resolve virtio_balloon to it rather than to the in-tree one."""
+    resolve virtio_balloon to it rather than to the in-tree one; `make
+    uninstall` removes it.  The host's module tree is as before afterwards
+    (tests/hb/hostfiles.py)."""
     _need_driver()
     kver = _kver()
     ko = f"/lib/modules/{kver}/updates/virtio_balloon.ko"
-    if os.path.exists(ko):
-        raise Skip(f"{ko} exists already: not replacing it")
-    try:
-        r = sh(f"make -C {TOP}/guest install KVER={kver}")
-        assert r.returncode == 0, r.stdout + r.stderr
-        r = sh(f"modprobe -S {kver} --show-depends virtio_balloon")
-        assert r.returncode == 0, r.stderr
-        assert ko in r.stdout, r.stdout
-    finally:
-        sh(f"make -C {TOP}/guest uninstall KVER={kver}")
-    assert not os.path.exists(ko)
+    with installed_module(kver):
+        try:
+            r = sh(f"make -C {TOP}/guest install KVER={kver}")
+            assert r.returncode == 0, r.stdout + r.stderr
+            r = sh(f"modprobe -S {kver} --show-depends virtio_balloon")
+            assert r.returncode == 0, r.stderr
+            assert ko in r.stdout, r.stdout
+        finally:
+            sh(f"make -C {TOP}/guest uninstall KVER={kver}")
+        assert not os.path.exists(ko)
 
 
 @tag("driver")
 def test_dkms_builds_the_module_for_every_kernel():
     """dkms-install builds and installs the module for every installed
     kernel with headers (6.1 and 6.12 here), without fault injection;
-    dkms-remove leaves nothing in /usr/src or /lib/modules."""
+    dkms-remove leaves nothing in /usr/src or /lib/modules.  The host is
+    as before afterwards (tests/hb/hostfiles.py)."""
     _need_driver()
-    ver = sh(f"sed -n 's/^PACKAGE_VERSION=\"\\(.*\\)\"/\\1/p' "
-             f"{TOP}/guest/dkms.conf").stdout.strip()
-    src = f"/usr/src/virtio_balloon-{ver}"
-    if os.path.exists(src):
-        raise Skip(f"{src} exists already: not replacing it")
+    src = f"/usr/src/virtio_balloon-{dkms_version()}"
     kvers = [_kver(s) for s in ("6.1", "6.12")]
-    try:
-        r = sh(f"make -C {TOP}/guest dkms-install")
-        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    with contextlib.ExitStack() as restore:
         for kver in kvers:
-            ko = sh(f"ls /lib/modules/{kver}/updates/dkms/virtio_balloon.ko*")
-            assert ko.returncode == 0, (kver, r.stdout[-2000:])
-            info = sh(f"modinfo {ko.stdout.split()[0]}").stdout
-            assert f"vermagic:       {kver} " in info, info
-            assert "fault_inject" not in info, info
-    finally:
-        sh(f"make -C {TOP}/guest dkms-remove")
-    assert not os.path.exists(src)
-    for kver in kvers:
-        assert not glob.glob(f"/lib/modules/{kver}/updates/dkms/"
-                             "virtio_balloon.ko*"), kver
+            restore.enter_context(installed_module(kver))
+        try:
+            r = sh(f"make -C {TOP}/guest dkms-install")
+            assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+            for kver in kvers:
+                ko = sh(f"ls /lib/modules/{kver}/updates/dkms/"
+                        "virtio_balloon.ko*")
+                assert ko.returncode == 0, (kver, r.stdout[-2000:])
+                info = sh(f"modinfo {ko.stdout.split()[0]}").stdout
+                assert f"vermagic:       {kver} " in info, info
+                assert "fault_inject" not in info, info
+        finally:
+            sh(f"make -C {TOP}/guest dkms-remove")
+        assert not os.path.exists(src)
+        for kver in kvers:
+            assert not glob.glob(f"/lib/modules/{kver}/updates/dkms/"
+                                 "virtio_balloon.ko*"), kver
 
 
 @tag("driver")
