@@ -75,7 +75,6 @@ fi
 
 gcc -static -O2 -Wall -Wextra -o "$stage/hb/hbwork" "$top/tests/guest/hbwork.c"
 install -m 0755 "$top/tests/guest/init" "$stage/init"
-cp "$top"/tests/guest/scenario-* "$stage/hb/"
 mkdir -p "$(dirname "$out")"
 (cd "$stage" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1) > "$out.tmp"
 mv "$out.tmp" "$out"
