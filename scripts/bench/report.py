@@ -319,6 +319,7 @@ def make_table(results):
         f = fails.setdefault(key[2], [0, 0])
         f[0] += s["fails"]
         f[1] += s["n"]
+    lines += targets_table(summ)
     lines.append("### Failures per configuration")
     lines.append("")
     lines.append("| config | failed runs | what |")
@@ -331,6 +332,89 @@ def make_table(results):
                          f"{'; '.join(errs)[:300].replace('|', '/')} |")
     lines.append("")
     return "\n".join(lines)
+
+
+# What our stack (d) is held to, per cell, against the stock pair of the
+# same run: downtime no longer than without hinting (a) and at most 10 ms
+# above stock hinting (b); bytes within 1.15x of the floor, the same guest
+# fresh from boot without hinting (a, fresh); total time at most half of
+# stock hinting's.  Medians; (b) over its completed runs.
+DOWNTIME_SLACK_MS = 10
+FLOOR_FACTOR = 1.15
+TIME_FACTOR = 0.5
+
+
+def _med(summ, key, label="ok"):
+    s = summ.get(key)
+    if not s or (label == "ok" and s["fails"]):
+        return {}
+    return {f: v[0] for f, v in s[label].items()}
+
+
+def targets(summ):
+    """[(wl, mem, smp, {check: (value, bound, met)})] for every cell of d."""
+    out = []
+    for key in sorted_keys(summ):
+        wl, mem, cfg, smp = key
+        if cfg != "d":
+            continue
+        d = _med(summ, key)
+        a = _med(summ, (wl, mem, "a", smp))
+        b = _med(summ, (wl, mem, REF, smp), "completed")
+        floor = _med(summ, ("fresh", mem, "a", smp)).get("transferred_mb")
+        checks = {}
+        if summ[key]["fails"]:
+            checks["data"] = (summ[key]["fails"], 0, False)
+        dt = d.get("downtime_ms")
+        if dt is not None and a.get("downtime_ms") is not None:
+            checks["downtime<=a"] = (dt, a["downtime_ms"],
+                                     dt <= a["downtime_ms"])
+        if dt is not None and b.get("downtime_ms") is not None:
+            bound = b["downtime_ms"] + DOWNTIME_SLACK_MS
+            checks["downtime<=b+10"] = (dt, bound, dt <= bound)
+        mb = d.get("transferred_mb")
+        if mb is not None and floor and wl in ("fresh", "stale"):
+            bound = round(floor * FLOOR_FACTOR, 1)
+            checks["bytes<=1.15floor"] = (mb, bound, mb <= bound)
+        t = d.get("total_ms")
+        if t is not None and b.get("total_ms") is not None and wl != "fresh":
+            bound = round(b["total_ms"] * TIME_FACTOR)
+            checks["time<=0.5b"] = (t, bound, t <= bound)
+        out.append((wl, mem, smp, checks))
+    return out
+
+
+def targets_table(summ):
+    rows = targets(summ)
+    if not rows:
+        return []
+    names = ["downtime<=a", "downtime<=b+10", "bytes<=1.15floor",
+             "time<=0.5b"]
+    lines = ["### Targets of configuration (d)", "",
+             "Per cell, d's median against its bound from the same run: "
+             "downtime ≤ (a)'s median and ≤ (b)'s + "
+             f"{DOWNTIME_SLACK_MS} ms; bytes ≤ {FLOOR_FACTOR}x the floor "
+             "(the same size fresh from boot, no hinting: a/fresh; fresh "
+             f"and stale only); total time ≤ {TIME_FACTOR}x (b)'s (not for "
+             "fresh, which has nothing to hint).  **no** marks a target "
+             "missed.", "",
+             "| workload | size | " + " | ".join(
+                 n.replace("<=", " ≤ ") for n in names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for wl, mem, smp, checks in rows:
+        row = [wl, _size(mem, smp)]
+        if "data" in checks:
+            row += [f"**FAIL {checks['data'][0]} run(s)**"] + \
+                [""] * (len(names) - 1)
+        else:
+            for n in names:
+                c = checks.get(n)
+                row.append("–" if c is None else
+                           f"{_fmt(c[0])} / {_fmt(c[1])}"
+                           + ("" if c[2] else " **no**"))
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
 
 
 def headline(results):

@@ -104,7 +104,13 @@ def quick_matrix():
 
 def parse_cells(spec):
     """'CFGS:WORKLOADS:MEMS[:SMPS]' (each part optional, '*' = all; MEMS
-    default 1024, SMPS default the harness's 2)."""
+    default 1024, SMPS default the harness's 2); several such specs
+    separated by ';' add up."""
+    if ";" in spec:
+        cells = []
+        for part in spec.split(";"):
+            cells += [c for c in parse_cells(part) if c not in cells]
+        return cells
     cfgs, wls, mems, smps = (spec.split(":") + ["*", "*", "*"])[:4]
     cfgs = CONFIG_ORDER if cfgs in ("", "*") else cfgs.split(",")
     wls = WORKLOAD_ORDER if wls in ("", "*") else wls.split(",")
