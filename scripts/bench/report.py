@@ -337,8 +337,8 @@ def make_table(results):
 # What our stack (d) is held to, per cell, against the stock pair of the
 # same run: downtime no longer than without hinting (a) and at most 10 ms
 # above stock hinting (b); bytes within 1.15x of the floor, the same guest
-# fresh from boot without hinting (a, fresh); total time at most half of
-# stock hinting's.  Medians; (b) over its completed runs.
+# fresh from boot (d, fresh: the live data and nothing to hint); total time
+# at most half of stock hinting's.  Medians; (b) over its completed runs.
 DOWNTIME_SLACK_MS = 10
 FLOOR_FACTOR = 1.15
 TIME_FACTOR = 0.5
@@ -361,7 +361,7 @@ def targets(summ):
         d = _med(summ, key)
         a = _med(summ, (wl, mem, "a", smp))
         b = _med(summ, (wl, mem, REF, smp), "completed")
-        floor = _med(summ, ("fresh", mem, "a", smp)).get("transferred_mb")
+        floor = _med(summ, ("fresh", mem, "d", smp)).get("transferred_mb")
         checks = {}
         if summ[key]["fails"]:
             checks["data"] = (summ[key]["fails"], 0, False)
@@ -373,7 +373,7 @@ def targets(summ):
             bound = b["downtime_ms"] + DOWNTIME_SLACK_MS
             checks["downtime<=b+10"] = (dt, bound, dt <= bound)
         mb = d.get("transferred_mb")
-        if mb is not None and floor and wl in ("fresh", "stale"):
+        if mb is not None and floor and wl == "stale":
             bound = round(floor * FLOOR_FACTOR, 1)
             checks["bytes<=1.15floor"] = (mb, bound, mb <= bound)
         t = d.get("total_ms")
@@ -394,10 +394,9 @@ def targets_table(summ):
              "Per cell, d's median against its bound from the same run: "
              "downtime ≤ (a)'s median and ≤ (b)'s + "
              f"{DOWNTIME_SLACK_MS} ms; bytes ≤ {FLOOR_FACTOR}x the floor "
-             "(the same size fresh from boot, no hinting: a/fresh; fresh "
-             f"and stale only); total time ≤ {TIME_FACTOR}x (b)'s (not for "
-             "fresh, which has nothing to hint).  **no** marks a target "
-             "missed.", "",
+             "(d on the same size fresh from boot; stale only); total "
+             f"time ≤ {TIME_FACTOR}x (b)'s (not for fresh, which has "
+             "nothing to hint).  **no** marks a target missed.", "",
              "| workload | size | " + " | ".join(
                  n.replace("<=", " ≤ ") for n in names) + " |",
              "|---|---|" + "---|" * len(names)]
