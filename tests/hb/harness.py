@@ -133,7 +133,7 @@ MIGRATION_FAULT_RE = (r"migration|[Ss]ocket|Broken pipe|Connection reset|"
                       r"Input/output error|load of migration failed|"
                       r"Unable to write|Failed to load|error while loading "
                       r"state|Early end of file|[Ss]ection|savevm|loadvm|"
-                      r"vmstate")
+                      r"vmstate|failed to save SaveStateEntry")
 SANITIZER_RE = re.compile(r"(ERROR: AddressSanitizer|runtime error:|"
                           r"ERROR: LeakSanitizer|SUMMARY: \w+Sanitizer)")
 
