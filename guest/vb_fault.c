@@ -10,7 +10,7 @@
  * that malformed hint in addition to the normal ones.  The device is never
  * handed a page the guest uses: every fault that points at guest RAM points
  * into a block allocated here and held like any other hinted block.
- * out_of_ram points at no guest memory at all.
+ * out_of_ram and unmappable point at no guest memory at all.
  *
  * scan_walk, when read, walks all memory as a scan round would, sends
  * nothing, and reports the PFNs walked, the time, the longest zone->lock
@@ -47,6 +47,7 @@ static const char * const vb_fault_names[VB_FAULT_NR] = {
 	[VB_FAULT_MISALIGNED] = "misaligned",
 	[VB_FAULT_OVERSIZED_CHAIN] = "oversized_chain",
 	[VB_FAULT_SHORT_CMD] = "short_cmd",
+	[VB_FAULT_UNMAPPABLE] = "unmappable",
 };
 
 static struct dentry *vb_fault_root;
@@ -126,22 +127,28 @@ static int vb_fault_one(struct vb_device *vb, enum vb_fault kind)
 		sg_set_page(&sg[0], page, PAGE_SIZE + 0x100, 0x200);
 		return vb_fault_queue(vb, c, sgs, 0, 1, 1);
 	case VB_FAULT_OUT_OF_RAM:
+	case VB_FAULT_UNMAPPABLE:
 		/*
 		 * Without the DMA API the ring carries sg_phys() =
 		 * page_to_phys(page) + offset.  Take the last pfn of RAM
 		 * (its memmap exists; its memory is not touched) and an
 		 * offset that lands on the next 1 GiB boundary at or above
-		 * the end of RAM: no guest RAM is there.
+		 * the end of RAM: no guest RAM is there.  One page of it
+		 * fits the host's bounce buffer and reaches the device as
+		 * a hint to ignore; unmappable takes two pages, which the
+		 * host cannot map at all, so popping the buffer breaks the
+		 * device.
 		 */
+		n = kind == VB_FAULT_UNMAPPABLE ? 2 : 1;
 		end_pfn = vb_fault_end_pfn();
 		if (!end_pfn || !pfn_valid(end_pfn - 1))
 			break;
 		base = PFN_PHYS(end_pfn - 1);
 		target = ALIGN(PFN_PHYS(end_pfn), SZ_1G);
-		if (target - base > UINT_MAX - PAGE_SIZE)
+		if (target - base > UINT_MAX - n * PAGE_SIZE)
 			break;
 		sg_init_table(sg, 1);
-		sg_set_page(&sg[0], pfn_to_page(end_pfn - 1), PAGE_SIZE,
+		sg_set_page(&sg[0], pfn_to_page(end_pfn - 1), n * PAGE_SIZE,
 			    target - base);
 		return vb_fault_queue(vb, c, sgs, 0, 1, 1);
 	case VB_FAULT_STALE_ID:

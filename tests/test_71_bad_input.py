@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0
 """Bad input from the guest: invalid sysfs knob values and module
 parameters, malformed hints (out of RAM, misaligned, oversized chains, a
-stale or short command id, zero length).  The host ignores and counts each,
-QEMU reports no error other than the one a test provokes, the data is
-intact and the guest gets its memory back."""
+stale or short command id, zero length, a buffer the host cannot map).
+The host ignores and counts each, or breaks only the balloon device where
+virtio requires it; QEMU reports no error other than the one a test
+provokes, the data is intact and the guest gets its memory back."""
+import re
 
 from hb import harness
 from hb.rigs import Rig
@@ -154,35 +156,53 @@ def test_zero_length_hint_is_ignored_and_counted():
     _bad_hints("zerolen", [("zero_len",)])
 
 
-@tag("reliability", "bad_input", "sanitize", "each_stack")
-def test_short_command_id_breaks_only_the_device():
-    """A command id of 2 bytes instead of 4 (`short_cmd`) in a migration's
-    round: the source QEMU breaks the balloon device (virtio_error,
-    "received an incorrect cmd id", raised once free_page_lock is released)
-    and nothing else.  QMP keeps answering, the migration completes, the
-    guest's data is intact on the destination with no kernel error, and the
-    destination guest has its free memory back."""
+def _breaks_only_the_device(label, fault, message):
+    """Arm `fault`, migrate: the source QEMU breaks the balloon device
+    (virtio_error() printing `message`, once) and nothing else.  QMP keeps
+    answering, the migration completes, the guest's data is intact on the
+    destination with no kernel error, and the destination guest has its
+    free memory back."""
     need_ours()
-    with Rig("shortcmd", balloon_args="fault_inject=1") as rig:
+    with Rig(label, balloon_args="fault_inject=1") as rig:
         rig.boot()
-        rig.vm.guest.run(f"echo short_cmd > {DEBUGFS}")
+        rig.vm.guest.run(f"echo {fault} > {DEBUGFS}")
         src = rig.vm
         rig.migrate()
         CURRENT.add("bad_inputs")
-        rig.allow_qemu_errors = [r"received an incorrect cmd id"]
+        rig.allow_qemu_errors = [re.escape(message)]
         with open(src.log_path(), errors="replace") as f:
             log = f.read()
         # the stderr scan sees the error this test provokes ...
-        assert any("received an incorrect cmd id" in ln
-                   for ln in src.qemu_errors()), src.qemu_errors()
+        assert any(message in ln for ln in src.qemu_errors()), \
+            src.qemu_errors()
         injected = _injected(rig.vm)
-        assert "injected=0" not in injected.get("short_cmd", "injected=0"), \
-            f"driver did not inject short_cmd: {injected}"
-        assert log.count("received an incorrect cmd id") == 1, \
+        assert "injected=0" not in injected.get(fault, "injected=0"), \
+            f"driver did not inject {fault}: {injected}"
+        assert log.count(message) == 1, \
             f"source QEMU did not break the device once ({rig.dir}): {log}"
         # ... and nothing else
         errs = src.qemu_errors(rig.allow_qemu_errors)
         assert not errs, f"QEMU reported other errors: {errs} ({rig.dir})"
         rig.wait_memory_back(rig.res["meminfo_before"], 30)
-        rig.verify("short_cmd")
+        rig.verify(fault)
         assert rig.vm.machine.is_running()
+
+
+@tag("reliability", "bad_input", "sanitize", "each_stack")
+def test_short_command_id_breaks_only_the_device():
+    """A command id of 2 bytes instead of 4 (`short_cmd`) in a migration's
+    round: virtio_error() "received an incorrect cmd id", raised once
+    free_page_lock is released; see _breaks_only_the_device()."""
+    _breaks_only_the_device("shortcmd", "short_cmd",
+                            "received an incorrect cmd id")
+
+
+@tag("reliability", "bad_input", "sanitize", "each_stack")
+def test_unmappable_buffer_breaks_only_the_device():
+    """A hint buffer the host cannot map (`unmappable`: two pages past the
+    end of RAM) in a migration's round: virtqueue_pop() breaks the device
+    itself ("virtio: bogus descriptor or out of resources"), with the BQL
+    held and before free_page_lock is taken; see
+    _breaks_only_the_device()."""
+    _breaks_only_the_device("unmappable", "unmappable",
+                            "virtio: bogus descriptor or out of resources")
