@@ -6,13 +6,13 @@ import glob
 import os
 import re
 import tempfile
-import time
 
 from hb import harness
 from hb.hostfiles import dkms_version, installed_module
 from hb.rigs import BootedGuest
 from hb.testlib import (BUILD, CURRENT, TOP, assert_intact, migrate,
                         need_ours, our_keep_writes_qemu, qemu_bin, sh, tag)
+from hb.testlib import wait_for as _wait
 
 KO = os.path.join(TOP, "guest", "virtio_balloon.ko")
 
@@ -38,16 +38,6 @@ class _Guest(BootedGuest):
 
 def _meminfo(vm):
     return vm.guest.hbwork("meminfo")
-
-
-def _wait(pred, timeout=60, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _sysfs_dir(vm):

@@ -12,6 +12,7 @@ from hb import harness
 from hb.rigs import BootedGuest
 from hb.testlib import (CURRENT, assert_intact, migrate, need_ours,
                         our_keep_writes_qemu, tag)
+from hb.testlib import wait_for as _wait
 
 KEEP_WRITES_BIT = 16
 FREE_PAGE_HINT_BIT = 3
@@ -63,16 +64,6 @@ def _mode(vm):
 def _write(vm, path, value):
     rc, _, after, err = harness.write_sysfs(vm, path, value)
     return rc, after, err
-
-
-def _wait(pred, timeout=60, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _dmesg(vm, pattern):

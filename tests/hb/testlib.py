@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import time
 
 from . import harness
 from .harness import BUILD, TOP, save_json  # noqa: F401  (re-exported)
@@ -213,6 +214,18 @@ def our_keep_writes_qemu():
     assert offers_keep_writes(ours), \
         f"{ours} does not offer free-page-hint-keep-writes"
     return ours
+
+
+def wait_for(pred, timeout=60, what="condition"):
+    """pred()'s first true value, polled every 0.5 s; AssertionError
+    naming `what` after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def sh(cmd, **kw):
