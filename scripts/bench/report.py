@@ -314,12 +314,12 @@ def make_table(results):
                     row.append(f"{_fmt(v[0])} ({_fmt(v[1])}–{_fmt(v[2])})")
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
+    lines += targets_table(summ)
     fails = {}
     for key, s in summ.items():
         f = fails.setdefault(key[2], [0, 0])
         f[0] += s["fails"]
         f[1] += s["n"]
-    lines += targets_table(summ)
     lines.append("### Failures per configuration")
     lines.append("")
     lines.append("| config | failed runs | what |")
