@@ -4,11 +4,13 @@ may happen, and which guest ABI each machine type gets.
 
 - Switch-over rule: free page hints taken before the first pass over RAM
   has ended leave little more than the guest's live data pending.  Our QEMU
-  does not switch over before that pass has ended, so the live data is sent
-  with the guest running.  Asserted through state: query-migrate's
-  ram/hinted-pass-waits and downtime-bytes, and the order of the trace
-  events ram_first_pass_done and migration_thread_low_pending (the
-  switch-over decision).  No timing assertion.
+  does not switch over before that pass has ended and the pages the guest
+  wrote during it have been sent once, so both are sent with the guest
+  running.  Asserted through state: query-migrate's ram/hinted-pass-waits
+  and downtime-bytes, and the order of the trace events
+  ram_first_pass_done, ram_hinted_resend_done and
+  migration_thread_low_pending (the switch-over decision).  No timing
+  assertion.
 - VIRTIO_BALLOON_F_HINT_KEEP_WRITES (bit 16): offered with free-page-hint on
   the current machine type, not on the previous one (hw_compat), never
   without free-page-hint; a guest on the previous machine type migrates
@@ -58,6 +60,7 @@ def test_switchover_waits_for_the_hinted_first_pass():
     need_ours()
     sc = Scenario("stale", mem_mib=1024, keep_mib=LIVE_MIB)
     events = ("virtio_balloon_free_page_batch", "ram_first_pass_done",
+              "ram_hinted_resend_done",
               "migration_switchover_hinted_pass_wait",
               "migration_thread_low_pending")
     os.environ["HB_TRACE"] = ",".join(events)   # this test's process only
@@ -91,6 +94,12 @@ def test_switchover_waits_for_the_hinted_first_pass():
     assert "ram_first_pass_done" in names[:decision], \
         (f"switch-over decided before the first pass ended "
          f"({res['workdir']})")
+    # What the guest wrote during that pass was sent once, after it.
+    assert "ram_hinted_resend_done" in names[:decision] and \
+        names.index("ram_hinted_resend_done") > \
+        names.index("ram_first_pass_done"), \
+        (f"switch-over decided before the pages written during the first "
+         f"pass were sent ({res['workdir']})")
     assert ram.get("hinted-pass-waits", 0) > 0, \
         f"query-migrate shows no hinted-pass wait: {ram}"
     print(f"    downtime-bytes={ram['downtime-bytes']} "
