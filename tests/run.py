@@ -78,6 +78,8 @@ def _child(name, f, stack, wfd):
     if hb_harness:
         hb_harness.kill_all()
         channel = hb_harness.CHANNEL
+        testlib.CURRENT.add("stock_boot_crashes",
+                            len(hb_harness.STOCK_CRASHES))
     out = json.dumps({"verdict": verdict, "message": msg,
                       "facts": testlib.CURRENT.facts,
                       "channel": channel}, default=str).encode()

@@ -5,8 +5,11 @@ say so: one flipped byte of the kept data on the destination (data check
 and the ticker), a kernel error line on the source's console and on the
 destination's (console scans), a real kernel crash of the destination, a
 migration without hinting or in the other mode (hinting check), a guest
-whose setup failed (boot check).  The QEMU stderr scan is shown to fire in
+whose setup failed (boot check), a QEMU that aborts during boot (only the
+stock reference is launched again, and counted).  The QEMU stderr scan is shown to fire in
 test_71 (a command id the device rejects)."""
+import os
+import signal
 import subprocess
 
 from hb import harness
@@ -133,6 +136,57 @@ def test_detector_guest_setup_error_fails_the_boot():
         raise AssertionError("a guest that printed HB ERROR booted")
     finally:
         vm.kill()
+    subprocess.call(["rm", "-rf", d])
+
+
+def _abort_during_boot(vm):
+    """Make vm's first launch end by SIGABRT, as a QEMU assertion does,
+    before its guest is up."""
+    launch = vm.launch
+    fired = []
+
+    def launch_then_abort():
+        launch()
+        if not fired:
+            fired.append(vm.machine.get_pid())
+            os.kill(fired[0], signal.SIGABRT)
+    vm.launch = launch_then_abort
+    return fired
+
+
+@tag("boot", "detector")
+def test_detector_qemu_crash_at_boot():
+    """A QEMU that aborts before its guest is up: our QEMU fails the boot;
+    the stock QEMU (the reference) is recorded and launched once more."""
+    need_ours()
+    d = tmpdir("hbabort")
+    ours = harness.VM(d, "ours", our_qemu(), 256, "ours", hint=True)
+    fired = _abort_during_boot(ours)
+    try:
+        ours.boot()
+    except harness.GuestError as exc:
+        assert fired and "QEMU exited (-6)" in str(exc), exc
+        print(f"    our QEMU: boot failed as it should: {str(exc)[:120]}")
+    else:
+        raise AssertionError("our QEMU aborted at boot and the boot passed")
+    finally:
+        ours.kill()
+    before = len(harness.STOCK_CRASHES)
+    stock = harness.VM(d, "stock", harness.STOCK_QEMU, 256, "ours", hint=True)
+    fired = _abort_during_boot(stock)
+    try:
+        stock.boot()
+        assert fired, "the abort was not injected"
+        assert len(harness.STOCK_CRASHES) == before + 1, harness.STOCK_CRASHES
+        assert harness.STOCK_CRASHES[-1]["signal"] == signal.SIGABRT
+        assert os.path.exists(stock.console + ".crashed")
+        _, out = stock.guest.run("echo up")
+        assert out == ["up"], out
+        print("    stock QEMU: crash recorded, launched again, guest up")
+    finally:
+        stock.kill()
+        # the summary counts crashes of stock, not the one injected here
+        del harness.STOCK_CRASHES[before:]
     subprocess.call(["rm", "-rf", d])
 
 

@@ -58,6 +58,10 @@ OUR_QEMU_10 = os.path.join(BUILD, "qemu", "qemu-system-x86_64")
 OUR_QEMU_72 = os.path.join(BUILD, "qemu-7.2", "qemu-system-x86_64")
 STOCK_QEMU_10 = os.path.join(BUILD, "stock-qemu-10.0", "qemu-system-x86_64")
 STOCK_QEMU_72 = "/usr/bin/qemu-system-x86_64"
+STOCK_BINARIES = (STOCK_QEMU_10, STOCK_QEMU_72)
+# Stock QEMUs that died by a signal before their guest was up (VM.boot()),
+# for the whole process.
+STOCK_CRASHES = []
 
 # The stacks balloon-hint supports.  Each one is tested side by side with
 # the stock pair of the same versions: Debian's QEMU and the in-tree driver
@@ -402,6 +406,7 @@ class VM:
         self.guest = Guest(self.cmdsock, self._dead)
         # stderr lines this VM is expected to print (regexes)
         self.allow_errors = []
+        self.relaunched = False
 
     def launch(self):
         self.machine.launch()
@@ -427,21 +432,52 @@ class VM:
                 return m
             if not self.machine.is_running():
                 raise GuestError(f"{self.name}: QEMU exited "
-                                 f"({self.machine.exitcode()}); log: "
-                                 f"{self.machine.get_log()}")
+                                 f"({self.machine.exitcode()}); its "
+                                 f"stderr ends: {self.log_tail()!r}; "
+                                 f"console ends: "
+                                 f"{self.console_text()[-1500:]!r}")
             time.sleep(0.2)
         raise GuestError(f"{self.name}: '{pattern}' not on console after "
                          f"{timeout}s")
 
     def boot(self, timeout=180):
         """Launch, wait for the guest's command loop; a guest whose /init
-        reported an error (HB ERROR: a module that did not load) fails."""
+        reported an error (HB ERROR: a module that did not load) fails.
+
+        A stock QEMU (the reference binary of a stack) that kills itself
+        with a signal before the guest is up is recorded in STOCK_CRASHES,
+        its console and output kept next to the new ones as *.crashed, and
+        launched once more.  Our QEMU is never launched again."""
         self.launch()
-        self.wait_console(r"HB READY", timeout)
+        try:
+            self.wait_console(r"HB READY", timeout)
+        except GuestError:
+            code = self.machine.exitcode()
+            if (self.binary not in STOCK_BINARIES or code is None
+                    or code >= 0 or self.relaunched):
+                raise
+            self._keep_crash(code)
+            self.launch()
+            self.wait_console(r"HB READY", timeout)
         errs = self.guest_errors()
         if errs:
             raise GuestError(f"{self.name}: guest setup failed: {errs}")
         self.guest.connect()
+
+    def _keep_crash(self, code):
+        """Record a stock QEMU that died by signal -code, keep what it
+        left, and end it for a new launch."""
+        out = self.log_tail()
+        STOCK_CRASHES.append({"binary": self.binary, "signal": -code,
+                              "output": out})
+        log(f"{self.name}: stock QEMU {self.binary} died by signal {-code} "
+            f"before the guest was up; launching it again.  It printed: "
+            f"{out[-600:]!r}")
+        self.kill()
+        for path in (self.console, self.log_path()):
+            if os.path.exists(path):
+                os.replace(path, path + ".crashed")
+        self.relaunched = True
 
     def guest_errors(self):
         return [ln for ln in self.console_text().splitlines()
@@ -450,6 +486,14 @@ class VM:
     def log_path(self):
         """QEMU's stdout/stderr (QEMUMachine's log in the work directory)."""
         return os.path.join(self.workdir, f"{self.name}.log")
+
+    def log_tail(self, n=2000):
+        """The last n characters QEMU printed (stdout and stderr)."""
+        try:
+            with open(self.log_path(), errors="replace") as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
 
     def qemu_errors(self, allow=()):
         """Lines of QEMU's stderr that report an error (QEMU_ERROR_RE),
