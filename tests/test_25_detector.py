@@ -15,8 +15,8 @@ import subprocess
 from hb import harness
 from hb.harness import Scenario
 from hb.rigs import tmpdir
-from hb.testlib import (assert_hinted, assert_intact, migrate, need_ours,
-                        our_qemu, tag)
+from hb.testlib import (assert_hinted, assert_intact, drop_workdir, migrate,
+                        need_ours, our_qemu, tag)
 
 MEM = 512
 KEEP = "/data/keep"
@@ -33,6 +33,7 @@ def _fails_intact(res, what):
         assert_intact(res, what)
     except AssertionError as exc:
         print(f"    assert_intact failed as it should: {str(exc)[:160]}")
+        drop_workdir(res)
         return str(exc)
     raise AssertionError(f"assert_intact passed a run with {what}")
 

@@ -5,6 +5,7 @@ import contextlib
 import glob
 import os
 import re
+import shutil
 import tempfile
 
 from hb import harness
@@ -353,6 +354,7 @@ def test_hint_round_counters_scan_mode():
         assert not errs, errs[:5]
     finally:
         vm.kill()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @tag("driver")
