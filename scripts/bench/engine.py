@@ -125,4 +125,6 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
         res["ok"] = False
         res["error"] = f"{fired[0]} ({res.get('error')})"
     res["cell"] = dict(cell._asdict(), rep=rep)
+    if not res.get("ok") and binary in harness.STOCK_BINARIES:
+        harness.drop_workdir(res)   # counted in the report, not debugged
     return res

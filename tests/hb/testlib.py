@@ -2,12 +2,12 @@
 """Small helpers shared by the test files: tags, skips, facts, migrations."""
 import json
 import os
-import shutil
 import subprocess
 import time
 
 from . import harness
-from .harness import BUILD, TOP, save_json  # noqa: F401  (re-exported)
+from .harness import (BUILD, TOP, drop_workdir,  # noqa: F401  (re-exported)
+                      save_json)
 
 REPEAT = int(os.environ.get("REPEAT", "1"))
 
@@ -114,16 +114,6 @@ def migrate(label, **kw):
                 if res.get("ok") else 0)
     log_result(res, label)
     return res
-
-
-def drop_workdir(res):
-    """Remove the work folder that harness.migrate_once() keeps after a run
-    that was not ok, once the test has what it needs from it: for the
-    failures a test expects (a detector's, a stock reference's)."""
-    d = res.get("workdir")
-    base = os.path.realpath(os.path.join(BUILD, "tmp")) + os.sep
-    if d and os.path.realpath(d).startswith(base):
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def record_reference(res, label):
