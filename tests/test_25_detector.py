@@ -6,8 +6,8 @@ and the ticker), a kernel error line on the source's console and on the
 destination's (console scans), a real kernel crash of the destination, a
 migration without hinting or in the other mode (hinting check), a guest
 whose setup failed (boot check), a QEMU that aborts during boot (only the
-stock reference is launched again, and counted).  The QEMU stderr scan is shown to fire in
-test_71 (a command id the device rejects)."""
+stock reference is launched again, and counted).  The QEMU stderr scan is
+shown to fire in test_71 (a command id the device rejects)."""
 import os
 import signal
 import subprocess

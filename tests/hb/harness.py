@@ -20,8 +20,8 @@ import itertools
 import json
 import os
 import re
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -488,23 +488,23 @@ class VM:
         """QEMU's stdout/stderr (QEMUMachine's log in the work directory)."""
         return os.path.join(self.workdir, f"{self.name}.log")
 
-    def log_tail(self, n=2000):
-        """The last n characters QEMU printed (stdout and stderr)."""
+    def log_text(self):
+        """What QEMU printed so far (stdout and stderr); "" if nothing."""
         try:
             with open(self.log_path(), errors="replace") as f:
-                return f.read()[-n:]
+                return f.read()
         except OSError:
             return ""
+
+    def log_tail(self, n=2000):
+        """The last n characters QEMU printed."""
+        return self.log_text()[-n:]
 
     def qemu_errors(self, allow=()):
         """Lines of QEMU's stderr that report an error (QEMU_ERROR_RE),
         except those matching one of the `allow` patterns or of
         self.allow_errors."""
-        try:
-            with open(self.log_path(), errors="replace") as f:
-                lines = [ln.rstrip() for ln in f]
-        except OSError:
-            return []
+        lines = [ln.rstrip() for ln in self.log_text().splitlines()]
         allow = list(allow) + self.allow_errors
         return [ln for ln in lines if QEMU_ERROR_RE.search(ln)
                 and not any(re.search(a, ln) for a in allow)]
