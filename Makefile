@@ -32,16 +32,21 @@ guest: setup
 
 # The test image of KVER: build/initramfs-KVER.cpio.gz with the test build
 # of our driver (fault injection on), built in its own copy of the source
-# (build/mod-KVER) so both kernels' modules coexist.  The default kernel's
-# image is also build/initramfs.cpio.gz.  `make image KVER=$(scripts/
-# guest-kver.sh 6.1)` builds the 6.1 one; `make images` both series.
+# (build/mod-KVER) so both kernels' modules coexist.  Only the files that
+# changed are copied there, so kbuild recompiles only what they touch.  The
+# default kernel's image is also build/initramfs.cpio.gz.  `make image
+# KVER=$(scripts/guest-kver.sh 6.1)` builds the 6.1 one; `make images` both
+# series, and guest/virtio_balloon.ko for the default kernel.
 DEFAULT_KVER := $(shell scripts/guest-kver.sh 2>/dev/null)
 MODDIR = build/mod-$(KVER)
-image: guest
-	@rm -rf $(MODDIR) && mkdir -p $(MODDIR)/guest $(MODDIR)/include
-	@cp guest/Kbuild guest/Makefile guest/dkms.conf guest/*.c guest/*.h $(MODDIR)/guest/
-	@cp include/*.h $(MODDIR)/include/
-	@rm -f $(MODDIR)/guest/*.mod.c
+MODSRC = guest/Kbuild guest/Makefile guest/dkms.conf \
+	$(filter-out %.mod.c,$(wildcard guest/*.c)) $(wildcard guest/*.h) \
+	$(wildcard include/*.h)
+image: setup
+	@mkdir -p $(MODDIR)/guest $(MODDIR)/include
+	@for f in $(MODSRC); do \
+		cmp -s $$f $(MODDIR)/$$f || cp $$f $(MODDIR)/$$f || exit 1; \
+	done
 	@nice -n 10 $(MAKE) --no-print-directory -C $(MODDIR)/guest KVER=$(KVER) \
 		VB_FAULT_INJECT=y >/dev/null
 	@KVER=$(KVER) bash scripts/mk-initramfs.sh build/initramfs-$(KVER).cpio.gz \
@@ -49,7 +54,7 @@ image: guest
 	@if [ "$(KVER)" = "$(DEFAULT_KVER)" ]; then \
 		ln -sf initramfs-$(KVER).cpio.gz $(INITRD); fi
 
-images: setup
+images: setup guest
 	@for s in 6.1 6.12; do \
 		$(MAKE) --no-print-directory image KVER=$$(scripts/guest-kver.sh $$s) || exit 1; \
 	done
