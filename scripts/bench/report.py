@@ -36,7 +36,10 @@ def figures(run):
         return round(sum(vals), 3) if vals else None
     if cpu:
         f["cpu_main_s"] = cpu_sum(lambda k: k.startswith("qemu-system"))
-        f["cpu_mig_s"] = cpu_sum(lambda k: k == "live_migration") or 0.0
+        # the migration thread: "live_migration" in QEMU 7.2,
+        # "mig/src/main" in 10.0
+        f["cpu_mig_s"] = cpu_sum(lambda k: k in ("live_migration",
+                                                 "mig/src/main")) or 0.0
         f["cpu_io_s"] = cpu_sum(lambda k: k == "IO hbio") or 0.0
         f["cpu_vcpu_s"] = cpu_sum(lambda k: "/TCG" in k)
     gh, ghb = run.get("guest_hint"), run.get("guest_hint_before") or {}
