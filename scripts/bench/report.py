@@ -42,6 +42,13 @@ def figures(run):
                                                  "mig/src/main")) or 0.0
         f["cpu_io_s"] = cpu_sum(lambda k: k == "IO hbio") or 0.0
         f["cpu_vcpu_s"] = cpu_sum(lambda k: "/TCG" in k)
+    dst_cpu = run.get("cpu_dst_s")
+    if dst_cpu:
+        f["cpu_dst_s"] = round(sum(dst_cpu.values()), 3)
+    host = run.get("host_cpu_s")
+    if host and host.get("busy_s", 0) + host.get("idle_s", 0) > 0:
+        f["host_idle_pct"] = round(100 * host["idle_s"] /
+                                   (host["busy_s"] + host["idle_s"]), 1)
     gh, ghb = run.get("guest_hint"), run.get("guest_hint_before") or {}
     if gh:
         if _num(gh.get("last_round_ns")) is not None:
@@ -152,6 +159,9 @@ FIGS = [
     ("cpu_main_s", "CPU main", "s", True),
     ("cpu_mig_s", "CPU migration", "s", True),
     ("cpu_io_s", "CPU iothread", "s", True),
+    ("cpu_vcpu_s", "CPU vCPUs", "s", True),
+    ("cpu_dst_s", "CPU destination", "s", True),
+    ("host_idle_pct", "host CPUs idle", "%", False),
     ("first_round_ms", "first hint round", "ms", False),
     ("round_ms_per_gib", "guest round per GiB", "ms", False),
     ("round_vcpu_pct", "guest rounds, share of a vCPU", "%", False),
@@ -192,7 +202,6 @@ def summarize(runs):
                                           if r.get("status") == "completed"])):
             st = {}
             for fig, *_ in FIGS + [("hint_rounds", "", "", False),
-                                   ("cpu_vcpu_s", "", "", False),
                                    ("cleared_mb", "", "", False)]:
                 vals = [v for v in (figures(r).get(fig) for r in sel)
                         if v is not None]
@@ -292,8 +301,11 @@ def make_table(results):
                  "4096) (our QEMU only); bw = `hbwork bandwidth 16 1` slices "
                  "in the guest: idle before the migration, worst slice "
                  "overlapping the migration, slowdown = 1 - worst/idle "
-                 "(stale+bw cells only).  CPU = source QEMU threads during "
-                 "the migration.")
+                 "(stale+bw cells only).  CPU main, migration, iothread, "
+                 "vCPUs = source QEMU threads during the migration; CPU "
+                 "destination = all threads of the destination QEMU over "
+                 "the same time; host CPUs idle = idle share of all the "
+                 "host's CPUs over the same time.")
     lines.append("")
     lines.append("| workload | size | config | runs | " +
                  " | ".join(f"{t}{' (' + u + ')' if u else ''}"

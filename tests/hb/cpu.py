@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0
-"""CPU time of a QEMU's threads over an interval, by thread name.
+"""CPU time of a QEMU's threads over an interval, by thread name, and of
+the whole host.
 
 Reading /proc once after a migration misses threads that have exited by
-then (QEMU's `live_migration` thread ends with the migration), so a sampler
-thread reads every thread every `interval` seconds and keeps the last value
-of each one it saw."""
+then (QEMU's migration thread, `live_migration` or `mig/src/main`, ends
+with the migration), so a sampler thread reads every thread every
+`interval` seconds and keeps the last value of each one it saw."""
 import os
 import threading
 
@@ -56,3 +57,26 @@ class CpuSampler(threading.Thread):
         for tid, (comm, t) in self.last.items():
             res[comm] = round(res.get(comm, 0) + t - self.base.get(tid, 0), 3)
         return res
+
+
+def _host_ticks():
+    """(busy, idle) clock ticks of all CPUs since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]                  # idle, iowait
+    busy = sum(v[:8]) - idle            # user .. steal; guest is in user
+    return busy, idle
+
+
+class HostCpu:
+    """The host's CPU time over an interval: HostCpu() ... finish() ->
+    {"busy_s", "idle_s"}, summed over all CPUs."""
+
+    def __init__(self):
+        self.base = _host_ticks()
+
+    def finish(self):
+        tick = os.sysconf("SC_CLK_TCK")
+        now = _host_ticks()
+        return {"busy_s": round((now[0] - self.base[0]) / tick, 2),
+                "idle_s": round((now[1] - self.base[1]) / tick, 2)}

@@ -49,7 +49,7 @@ def _qemu_python():
 sys.path.insert(0, _qemu_python())
 from qemu.machine import QEMUMachine  # noqa: E402  pylint: disable=C0413
 
-from .cpu import CpuSampler  # noqa: E402  pylint: disable=C0413
+from .cpu import CpuSampler, HostCpu  # noqa: E402  pylint: disable=C0413
 
 # The QEMU builds.  Ours: build/qemu (10.0) and build/qemu-7.2 (7.2).
 # Debian's own: /usr/bin (7.2) and bookworm-backports' 10.0, unpacked by
@@ -975,7 +975,10 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
         if sc.postcopy_after_s:
             bw = POSTCOPY_PRECOPY_BW
         sampler = CpuSampler(src.machine.get_pid())
+        dst_sampler = CpuSampler(dst.machine.get_pid())
+        host_cpu = HostCpu()
         sampler.start()
+        dst_sampler.start()
         t_mig = time.time()
         start_migration(src, dst, bw, sc.downtime_limit_ms,
                         postcopy=bool(sc.postcopy_after_s))
@@ -999,6 +1002,10 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
         res["host_wait_ms"] = round((time.time() - t_mig) * 1000)
         # source QEMU threads' CPU time during the migration
         res["cpu_s"] = sampler.finish()
+        # ... the destination QEMU's, and the whole host's: with the host's
+        # CPUs all busy, the destination gets what the source leaves
+        res["cpu_dst_s"] = dst_sampler.finish()
+        res["host_cpu_s"] = host_cpu.finish()
         res["migration"] = info
         res["status"] = info.get("status")
         ram = info.get("ram", {})
