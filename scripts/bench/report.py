@@ -62,9 +62,10 @@ def figures(run):
     if rounds:
         f["first_round_ms"] = round(rounds[0] / 1e6, 2)
         f["max_round_ms"] = round(max(rounds) / 1e6, 2)
-        # The guest's cost: its first round per GiB of guest RAM, and the
-        # share of one vCPU its rounds took over the migration (a round
-        # runs on one vCPU from start to end).
+        # The guest's cost: the first round seen per GiB of guest RAM, and
+        # the share of one vCPU the rounds seen took over the migration.
+        # A round runs on one vCPU until the device has returned its
+        # chains, asleep while it waits for them: an upper bound.
         gib = (run.get("cell") or {}).get("mem_mib", 0) / 1024
         if gib:
             f["round_ms_per_gib"] = round(f["first_round_ms"] / gib, 2)
@@ -292,13 +293,16 @@ def make_table(results):
                  "the migration (in-guest poll of `rounds`/`last_round_ns` "
                  "every 200 ms); last hint round = `last_round_ns` after "
                  "it; guest round per GiB = the first round / guest GiB; "
-                 "share of a vCPU = the rounds' durations during the "
-                 "migration / its total time; host pre-send wait = our QEMU's `presend-wait-ms` "
+                 "share of a vCPU = the polled rounds' durations during the "
+                 "migration / its total time (an upper bound: a round lasts "
+                 "until the device returned its chains); host pre-send wait "
+                 "= our QEMU's `presend-wait-ms` "
                  "(how long RAM sending waited for the guest's first "
                  "round, at most 2000 ms); hinted = "
                  "`bytes_hinted` during the migration (our driver only); "
-                 "host ns/4K page = device `clear-ns` / (`hinted-bytes` / "
-                 "4096) (our QEMU only); bw = `hbwork bandwidth 16 1` slices "
+                 "host ns/4K page = device `clear-ns` (waits for "
+                 "`bitmap_mutex` included) / (`hinted-bytes` / 4096) (our "
+                 "QEMU only); bw = `hbwork bandwidth 16 1` slices "
                  "in the guest: idle before the migration, worst slice "
                  "overlapping the migration, slowdown = 1 - worst/idle "
                  "(stale+bw cells only).  CPU main, migration, iothread, "
