@@ -1081,7 +1081,7 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
         if res["src_console_errors"] or any(res["qemu_errors"].values()):
             res["ok"] = False
         if own_dir and not keep_dirs and res.get("ok"):
-            subprocess.call(["rm", "-rf", workdir])
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def drop_workdir(res):
