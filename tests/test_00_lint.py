@@ -41,12 +41,20 @@ def test_guest_lint_checkpatch_w1_sparse():
 
 # checkpatch --strict: brace placement.  W=1 only: an unused static const
 # (-Wunused-const-variable is off in the default warnings of both guest
-# kernels, on with W=1).  Nothing here warns without W=1.
+# kernels, on with W=1).  sparse only: a __user pointer taken as a kernel
+# one (__user is empty for the compiler).  Nothing here warns in a plain
+# build.
 BAD_C = """// SPDX-License-Identifier: GPL-2.0
 #include <linux/module.h>
 static const int hb_unused_table = 3;
+static int hb_peek(int __user *up)
+{
+	int *kp = up;
+
+	return kp ? 0 : 1;
+}
 static int foo(void) {
-  return 0; }
+  return hb_peek(NULL); }
 static int __init bad_init(void) { return foo(); }
 module_init(bad_init);
 MODULE_LICENSE("GPL");
@@ -55,8 +63,8 @@ MODULE_LICENSE("GPL");
 
 @tag("lint")
 def test_kernel_gates_catch_violations():
-    """checkpatch --strict and W=1 must fail on code that violates them;
-    the W=1 violation does not warn without W=1."""
+    """checkpatch --strict and the lint build (W=1 with sparse, C=1) must
+    fail on code that violates them; a plain build of it is clean."""
     d = tempfile.mkdtemp(prefix="hb-lint-")
     try:
         with open(f"{d}/bad.c", "w") as f:
@@ -72,12 +80,14 @@ def test_kernel_gates_catch_violations():
         r = sh(f"make -C {kdir} M={d} modules")
         out = r.stdout + r.stderr
         assert r.returncode == 0 and "warning:" not in out, \
-            f"the fixture warns without W=1: {out[-2000:]}"
+            f"the fixture warns in a plain build: {out[-2000:]}"
         sh(f"make -C {kdir} M={d} clean")
-        r = sh(f"make -C {kdir} M={d} W=1 modules")
+        r = sh(f"make -C {kdir} M={d} W=1 C=1 modules")
         out = r.stdout + r.stderr
         assert "-Wunused-const-variable" in out, \
             f"W=1 missed an unused const variable: {out[-2000:]}"
+        assert "different address spaces" in out, \
+            f"sparse missed a __user pointer taken as a kernel one: {out[-2000:]}"
     finally:
         shutil.rmtree(d)
 
