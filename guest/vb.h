@@ -123,6 +123,9 @@ struct vb_hint_stats {
 	u64 blocks_returned_early;
 	u64 ring_full_waits;
 	u64 last_round_ns;
+	/* CPU time the worker spent in the last round and in all rounds */
+	u64 last_round_cpu_ns;
+	u64 rounds_cpu_ns;
 	/* scan: PFNs the last round walked, and the time it took */
 	u64 round_pfns;
 	u64 round_scan_ns;

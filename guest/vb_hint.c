@@ -54,6 +54,7 @@
 #include <linux/vmstat.h>
 #include <linux/ktime.h>
 #include <linux/sched.h>
+#include <linux/sched/cputime.h>
 #include <linux/sched/task.h>
 #include <linux/fs.h>
 #include <linux/fs_struct.h>
@@ -441,10 +442,25 @@ static void vb_hint_drop_cache(struct vb_device *vb)
 	dev_dbg(&vb->vdev->dev, "drop_cache: %lu pages invalidated\n", dropped);
 }
 
+/*
+ * CPU time of the current task so far, in ns.  A round runs in one work
+ * item, so the difference over the round is the vCPU time the round took,
+ * its sleeps (waiting for ring room, for the device's buffers) excluded.
+ */
+static u64 vb_hint_task_cpu_ns(void)
+{
+	u64 ut, st;
+
+	task_cputime_adjusted(current, &ut, &st);
+	return ut + st;
+}
+
 static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 {
 	struct vb_hint *h = &vb->hint;
 	u64 start = ktime_get_ns();
+	u64 cpu_start = vb_hint_task_cpu_ns();
+	u64 cpu;
 	int ret;
 
 	if (h->cur.drop_cache)
@@ -504,8 +520,11 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 
 	vb_hint_drain(vb, VB_HINT_ROUND_DRAIN_MS, true, cmd_id);
 
+	cpu = vb_hint_task_cpu_ns() - cpu_start;
 	spin_lock(&h->lock);
 	h->stats.last_round_ns = ktime_get_ns() - start;
+	h->stats.last_round_cpu_ns = cpu;
+	h->stats.rounds_cpu_ns += cpu;
 	spin_unlock(&h->lock);
 out_unlock:
 	mutex_unlock(&h->vq_lock);

@@ -276,7 +276,7 @@ static struct vb_sysfs_knob vb_sysfs_knobs[7] = {
 	VB_SYSFS_KNOB(drop_cache, drop_cache),
 };
 
-static struct vb_sysfs_counter vb_sysfs_counters[14] = {
+static struct vb_sysfs_counter vb_sysfs_counters[16] = {
 	VB_SYSFS_COUNTER(rounds, rounds),
 	VB_SYSFS_COUNTER(blocks_hinted, blocks_hinted),
 	VB_SYSFS_COUNTER(ranges_hinted, ranges_hinted),
@@ -286,6 +286,8 @@ static struct vb_sysfs_counter vb_sysfs_counters[14] = {
 	VB_SYSFS_COUNTER(blocks_returned_early, blocks_returned_early),
 	VB_SYSFS_COUNTER(ring_full_waits, ring_full_waits),
 	VB_SYSFS_COUNTER(last_round_ns, last_round_ns),
+	VB_SYSFS_COUNTER(last_round_cpu_ns, last_round_cpu_ns),
+	VB_SYSFS_COUNTER(rounds_cpu_ns, rounds_cpu_ns),
 	VB_SYSFS_COUNTER(round_pfns, round_pfns),
 	VB_SYSFS_COUNTER(round_scan_ns, round_scan_ns),
 	VB_SYSFS_COUNTER(round_max_hold_ns, round_max_hold_ns),
@@ -324,6 +326,8 @@ static struct attribute *vb_sysfs_attrs[] = {
 	&vb_sysfs_counters[11].attr.attr,
 	&vb_sysfs_counters[12].attr.attr,
 	&vb_sysfs_counters[13].attr.attr,
+	&vb_sysfs_counters[14].attr.attr,
+	&vb_sysfs_counters[15].attr.attr,
 	&vb_sysfs_attr_mode.attr,
 	&vb_sysfs_attr_cmd_id.attr,
 	&vb_sysfs_attr_by_order.attr,

@@ -315,8 +315,9 @@ def test_hint_round_counters_scan_mode():
     """Scan mode, on a QEMU that offers HINT_KEEP_WRITES: the round reports
     the free memory without taking it (MemFree unchanged, nothing held,
     ever), merges adjacent blocks into fewer ranges, counts blocks by
-    order and reports what the search cost; a second migration runs a
-    second round."""
+    order and reports what the search cost and the vCPU time the round
+    took; a second migration runs a second round, whose CPU time adds to
+    the total."""
     binary = our_keep_writes_qemu()
     _need_driver()
     d = tempfile.mkdtemp(prefix="hb-drv-", dir=os.path.join(BUILD, "tmp"))
@@ -338,16 +339,33 @@ def test_hint_round_counters_scan_mode():
         # the search walked all memory and timed its lock holds
         assert g["round_pfns"] >= m0["total_kb"] >> 2, g
         assert 0 < g["round_max_hold_ns"] <= g["max_hold_ns"], g
+        # ... and the vCPU time the round took: some, never more than the
+        # round lasted (1 ms for the two clocks' granularity), and counted
+        # in the total
+        assert 0 < g["last_round_cpu_ns"] <= g["last_round_ns"] + 10**6, g
+        assert g["rounds_cpu_ns"] >= g["last_round_cpu_ns"], g
         CURRENT.facts["scan_round_ms"] = g["last_round_ns"] / 1e6
+        CURRENT.facts["scan_round_cpu_ms"] = g["last_round_cpu_ns"] / 1e6
+        # every file of the directory is in the sysfs ABI document, which
+        # names no other
+        _, names = vm.guest.run(f"ls -1 {_sysfs_dir(vm)}")
+        with open(f"{TOP}/Documentation/ABI/testing/"
+                  "sysfs-bus-virtio-devices-free_page_hint") as f:
+            documented = set(re.findall(
+                r"^What:\s+/sys/\S+/free_page_hint/(\w+)$", f.read(), re.M))
+        assert len(documented) > 20 and set(names) == documented, \
+            sorted(set(names) ^ documented)
         CURRENT.facts["scan_max_hold_us"] = g["max_hold_ns"] / 1e3
         CURRENT.facts["scan_blocks_per_range"] = round(
             g["blocks_hinted"] / g["ranges_hinted"], 1)
         vm.qmp("migrate_cancel")
         _wait(lambda: vm.qmp("query-migrate").get("status") == "cancelled",
               30, "cancel")
-        r1 = g["rounds"]
+        r1, cpu1 = g["rounds"], _stats(vm)["rounds_cpu_ns"]
         _stock_round(vm)
         assert _stats(vm)["rounds"] > r1
+        _wait(lambda: _stats(vm)["rounds_cpu_ns"] > cpu1, 60,
+              "the second round's CPU time in rounds_cpu_ns")
         vm.qmp("migrate_cancel")
         errs = vm.kernel_errors()
         assert not errs, errs[:5]
