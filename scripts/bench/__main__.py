@@ -204,9 +204,9 @@ def main():
             f"{res.get('status')} sent {fg.get('transferred_mb')} MB in "
             f"{fg.get('total_ms')} ms, downtime {fg.get('downtime_ms')} ms"
             + (f", hinted {fg['hinted_mb']} MB" if "hinted_mb" in fg else "")
-            + (f", guest round {fg['round_ms_per_gib']} ms/GiB, "
-               f"{fg.get('round_vcpu_pct')} % of a vCPU"
-               if "round_ms_per_gib" in fg else "")
+            + (f", guest CPU {fg['guest_cpu_ms']} ms, "
+               f"{fg.get('guest_vcpu_pct')} % of a vCPU"
+               if "guest_cpu_ms" in fg else "")
             + f" (wall {res['wall_s']} s)"
             + ("" if res.get("ok") else f"; {str(res.get('error'))[:160]}"
                f" {res.get('kernel_errors', [])[:1]}"))
