@@ -346,6 +346,9 @@ def test_hint_round_counters_scan_mode():
         assert g["rounds_cpu_ns"] >= g["last_round_cpu_ns"], g
         CURRENT.facts["scan_round_ms"] = g["last_round_ns"] / 1e6
         CURRENT.facts["scan_round_cpu_ms"] = g["last_round_cpu_ns"] / 1e6
+        CURRENT.facts["scan_max_hold_us"] = g["max_hold_ns"] / 1e3
+        CURRENT.facts["scan_blocks_per_range"] = round(
+            g["blocks_hinted"] / g["ranges_hinted"], 1)
         # every file of the directory is in the sysfs ABI document, which
         # names no other
         _, names = vm.guest.run(f"ls -1 {_sysfs_dir(vm)}")
@@ -355,9 +358,6 @@ def test_hint_round_counters_scan_mode():
                 r"^What:\s+/sys/\S+/free_page_hint/(\w+)$", f.read(), re.M))
         assert len(documented) > 20 and set(names) == documented, \
             sorted(set(names) ^ documented)
-        CURRENT.facts["scan_max_hold_us"] = g["max_hold_ns"] / 1e3
-        CURRENT.facts["scan_blocks_per_range"] = round(
-            g["blocks_hinted"] / g["ranges_hinted"], 1)
         vm.qmp("migrate_cancel")
         _wait(lambda: vm.qmp("query-migrate").get("status") == "cancelled",
               30, "cancel")

@@ -59,6 +59,10 @@ def figures(run):
         if _num(gh.get("rounds")) is not None:
             f["hint_rounds"] = gh["rounds"] - (ghb.get("rounds") or 0)
     gib = (run.get("cell") or {}).get("mem_mib", 0) / 1024
+    # every hop's total time (the figures above are the first hop's)
+    hops = run.get("hops") or []
+    all_hops_ms = (f["total_ms"] or 0) + sum(h.get("total_ms") or 0
+                                             for h in hops)
     rounds = hint_rounds_polled(run)
     if rounds:
         f["first_round_ms"] = round(rounds[0] / 1e6, 2)
@@ -74,10 +78,9 @@ def figures(run):
                                    (ghb.get("rounds_cpu_ns") or 0)) / 1e6, 2)
         if gib:
             f["guest_cpu_ms_per_gib"] = round(f["guest_cpu_ms"] / gib, 2)
-        span = (f["total_ms"] or 0) + sum(h.get("total_ms") or 0
-                                          for h in run.get("hops") or [])
-        if span:
-            f["guest_vcpu_pct"] = round(100 * f["guest_cpu_ms"] / span, 2)
+        if all_hops_ms:
+            f["guest_vcpu_pct"] = round(
+                100 * f["guest_cpu_ms"] / all_hops_ms, 2)
     dev = run.get("device_src")
     if isinstance(dev, dict) and "clear-ns" in dev:
         pages = (dev.get("hinted-bytes") or 0) / 4096
@@ -87,13 +90,11 @@ def figures(run):
                                 1)
         f["presend_wait_ms"] = dev.get("presend-wait-ms")
         f["presend_timeouts"] = dev.get("presend-timeouts")
-    hops = run.get("hops") or []
     if hops and f["transferred_mb"] is not None:
         # every hop together (the figures above are the first hop's)
         f["hops_transferred_mb"] = round(f["transferred_mb"] + sum(
             h.get("transferred_mb") or 0 for h in hops), 1)
-        f["hops_total_ms"] = (f["total_ms"] or 0) + sum(
-            h.get("total_ms") or 0 for h in hops)
+        f["hops_total_ms"] = all_hops_ms
         f["hops_max_downtime_ms"] = max(
             [f["downtime_ms"] or 0] + [h.get("downtime_ms") or 0
                                        for h in hops])
