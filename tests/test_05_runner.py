@@ -1,12 +1,16 @@
 # SPDX-License-Identifier: GPL-2.0
 """The runner itself: a test that overruns its time limit gets TIMEOUT,
 counts as failed and loses every process it started; the closing line
-counts passes, failures and skips."""
+counts passes, failures and skips.  And the harness's gdb: its detach
+leaves no QEMU stopped."""
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
+from hb import harness
 from hb.testlib import TOP, tag, timeout
 
 FIXTURE = '''
@@ -69,3 +73,29 @@ def test_runner_times_out_and_kills_what_the_test_started():
         assert not _alive(pid), f"the timed-out test's child {pid} survived"
     finally:
         subprocess.call(["rm", "-rf", d])
+
+
+@tag("runner")
+@timeout(30)
+def test_gdb_detach_continues_a_stopped_process():
+    """A QEMU thread that still had the SIGSTOP of gdb's `interrupt -a`
+    pending when gdb detached stops the whole process: alive, so the
+    harness sees it as running, but its guest frozen.  NonStopGdb's detach
+    continues it.  Shown on a stopped `sleep` standing in for the QEMU."""
+    p = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(p.pid, signal.SIGSTOP)
+        deadline = time.time() + 10
+        while harness._thread_states(p.pid) != ["T"]:
+            assert time.time() < deadline, harness._thread_states(p.pid)
+            time.sleep(0.05)
+        gdb = object.__new__(harness.NonStopGdb)
+        gdb.pid = p.pid
+        gdb._resume()
+        assert not {"T", "t"} & set(harness._thread_states(p.pid)), \
+            f"still stopped: {harness._thread_states(p.pid)}"
+        gdb._resume()                     # running already: nothing to do
+        assert p.poll() is None
+    finally:
+        p.kill()
+        p.wait()

@@ -1163,7 +1163,8 @@ class NonStopGdb:
 
     def detach(self):
         """Remove every breakpoint and let the QEMU go on without gdb: stop
-        every thread, wait until all are stopped, detach."""
+        every thread, wait until all are stopped, detach, and make sure the
+        QEMU runs again."""
         try:
             self.proc.stdin.write(b"delete\ninterrupt -a\n")
             self.proc.stdin.flush()
@@ -1174,6 +1175,29 @@ class NonStopGdb:
             self.proc.wait(timeout=30)
         except (OSError, GuestError, subprocess.TimeoutExpired):
             self.kill()
+            return
+        self._resume()
+
+    def _resume(self):
+        """A thread that had a SIGSTOP from `interrupt -a` still pending when
+        gdb let it go takes it after the detach, and the whole QEMU stops
+        (state T): its vCPUs no longer run, while the process is alive.
+        Continue it, and fail if any thread stays stopped."""
+        states = _thread_states(self.pid)
+        if not {"T", "t"} & set(states):
+            return
+        print(f"    QEMU {self.pid} stopped after gdb's detach "
+              f"(threads {''.join(sorted(states))}): SIGCONT", flush=True)
+        try:
+            os.kill(self.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + 10
+        while {"T", "t"} & set(_thread_states(self.pid)):
+            if time.time() > deadline:
+                raise GuestError(f"QEMU {self.pid} still stopped after "
+                                 f"SIGCONT: {_thread_states(self.pid)}")
+            time.sleep(0.1)
 
     def kill(self):
         """For a QEMU that is killed next: breakpoints stay inserted."""
