@@ -89,12 +89,10 @@ def test_gdb_detach_continues_a_stopped_process():
         while harness._thread_states(p.pid) != ["T"]:
             assert time.time() < deadline, harness._thread_states(p.pid)
             time.sleep(0.05)
-        gdb = object.__new__(harness.NonStopGdb)
-        gdb.pid = p.pid
-        gdb._resume()
-        assert not {"T", "t"} & set(harness._thread_states(p.pid)), \
+        harness.resume_stopped(p.pid)
+        assert not harness._stopped(p.pid), \
             f"still stopped: {harness._thread_states(p.pid)}"
-        gdb._resume()                     # running already: nothing to do
+        harness.resume_stopped(p.pid)     # running already: nothing to do
         assert p.poll() is None
     finally:
         p.kill()

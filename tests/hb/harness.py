@@ -1108,6 +1108,33 @@ def _thread_states(pid):
     return states
 
 
+def _stopped(pid):
+    """Whether a thread of `pid` is stopped (T) or stopped by a tracer (t)."""
+    return bool({"T", "t"} & set(_thread_states(pid)))
+
+
+def resume_stopped(pid, timeout=10):
+    """Continue a process that gdb's detach left stopped.  A thread that had
+    a SIGSTOP from `interrupt -a` still pending when gdb let it go takes it
+    after the detach, and the whole QEMU stops (state T): its vCPUs no
+    longer run, while the process is alive.  Fails if a thread stays
+    stopped."""
+    if not _stopped(pid):
+        return
+    print(f"    QEMU {pid} stopped after gdb's detach (threads "
+          f"{''.join(sorted(_thread_states(pid)))}): SIGCONT", flush=True)
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        return
+    deadline = time.time() + timeout
+    while _stopped(pid):
+        if time.time() > deadline:
+            raise GuestError(f"QEMU {pid} still stopped after SIGCONT: "
+                             f"{_thread_states(pid)}")
+        time.sleep(0.1)
+
+
 class NonStopGdb:
     """gdb attached to a running QEMU in non-stop mode: a breakpoint stops
     only the thread that hits it, the other threads keep running.  `script`
@@ -1176,28 +1203,7 @@ class NonStopGdb:
         except (OSError, GuestError, subprocess.TimeoutExpired):
             self.kill()
             return
-        self._resume()
-
-    def _resume(self):
-        """A thread that had a SIGSTOP from `interrupt -a` still pending when
-        gdb let it go takes it after the detach, and the whole QEMU stops
-        (state T): its vCPUs no longer run, while the process is alive.
-        Continue it, and fail if any thread stays stopped."""
-        states = _thread_states(self.pid)
-        if not {"T", "t"} & set(states):
-            return
-        print(f"    QEMU {self.pid} stopped after gdb's detach "
-              f"(threads {''.join(sorted(states))}): SIGCONT", flush=True)
-        try:
-            os.kill(self.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            return
-        deadline = time.time() + 10
-        while {"T", "t"} & set(_thread_states(self.pid)):
-            if time.time() > deadline:
-                raise GuestError(f"QEMU {self.pid} still stopped after "
-                                 f"SIGCONT: {_thread_states(self.pid)}")
-            time.sleep(0.1)
+        resume_stopped(self.pid)
 
     def kill(self):
         """For a QEMU that is killed next: breakpoints stay inserted."""
