@@ -12,7 +12,7 @@ the same guest kernel (10.0 + Linux 6.12, the default; 7.2 + Linux 6.1).
 The matrix is scenarios.py's; each run goes through engine.py (one
 harness.migrate_once() under a watchdog); report.py turns the runs into
 statistics and Markdown tables, plot.py into plots.  Output in
-build/bench/STACK/:
+build/bench/STACK/ (DIR/STACK/ with --out DIR):
   results.json  every run, raw (incl. query-migrate, counters)
   table.md      Markdown tables (ratios to configuration b)
   *.png         plots
@@ -41,12 +41,13 @@ OUT = RESULTS = TABLE = None
 log = host.log
 
 
-def use_stack(stack):
+def use_stack(stack, out=None):
     """Run the bench on `stack`: its QEMUs and guest kernel, its own
-    output folder."""
+    output folder, OUT/STACK (OUT: `out`, else build/bench)."""
     global OUT, RESULTS, TABLE  # pylint: disable=global-statement
     harness.use_stack(stack)
-    OUT = os.path.join(TOP, "build", "bench", stack)
+    OUT = os.path.join(os.path.abspath(out or os.path.join(TOP, "build",
+                                                           "bench")), stack)
     RESULTS = os.path.join(OUT, "results.json")
     TABLE = os.path.join(OUT, "table.md")
 
@@ -93,6 +94,9 @@ def main():
                     help="redo table and plots from results.json")
     ap.add_argument("--append", action="store_true",
                     help="add to the existing results.json")
+    ap.add_argument("--out", metavar="DIR",
+                    help="write to DIR/STACK/ instead of build/bench/STACK/, "
+                    "so that a run keeps another's results")
     ap.add_argument("--dst-prealloc", action="store_true",
                     help="start every destination with -mem-prealloc, so "
                     "the load writes into RAM that is already there")
@@ -111,7 +115,7 @@ def main():
                     help="migration downtime-limit for every run "
                     f"(default {harness.DOWNTIME_LIMIT_MS}, QEMU's own)")
     a = ap.parse_args()
-    use_stack(a.stack)
+    use_stack(a.stack, a.out)
     if not 1 <= a.downtime_limit <= 2000000:
         ap.error("--downtime-limit must be 1..2000000 ms (QEMU takes up "
                  "to 2000 s)")
