@@ -8,10 +8,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 from hb import harness
-from hb.testlib import TOP, tag, timeout
+from hb.testlib import TOP, tag, timeout, wait_for
 
 FIXTURE = '''
 import subprocess
@@ -85,10 +84,8 @@ def test_gdb_detach_continues_a_stopped_process():
     p = subprocess.Popen(["sleep", "60"])
     try:
         os.kill(p.pid, signal.SIGSTOP)
-        deadline = time.time() + 10
-        while harness._thread_states(p.pid) != ["T"]:
-            assert time.time() < deadline, harness._thread_states(p.pid)
-            time.sleep(0.05)
+        wait_for(lambda: harness._thread_states(p.pid) == ["T"], 10,
+                 "the stand-in to stop")
         harness.resume_stopped(p.pid)
         assert not harness._stopped(p.pid), \
             f"still stopped: {harness._thread_states(p.pid)}"

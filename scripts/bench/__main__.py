@@ -46,8 +46,8 @@ def use_stack(stack, out=None):
     output folder, OUT/STACK (OUT: `out`, else build/bench)."""
     global OUT, RESULTS, TABLE  # pylint: disable=global-statement
     harness.use_stack(stack)
-    OUT = os.path.join(os.path.abspath(out or os.path.join(TOP, "build",
-                                                           "bench")), stack)
+    base = os.path.abspath(out) if out else os.path.join(TOP, "build", "bench")
+    OUT = os.path.join(base, stack)
     RESULTS = os.path.join(OUT, "results.json")
     TABLE = os.path.join(OUT, "table.md")
 
