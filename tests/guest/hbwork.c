@@ -7,11 +7,15 @@
  *
  * Data written by "keep" and "hold" is a pure function of (seed, offset),
  * so verification needs no stored copy: every 8-byte word is checked and
- * each mismatching 4 KiB page is counted.
+ * each mismatching 4 KiB page is counted.  Bulk data that only has to be
+ * there ("fill", "stale", "pressure") is cheaper to make: one seeded value
+ * per 4 KiB page, varied per word (write_pages()).
  *
  * Commands:
  *   fill MIB [SEED]            touch MIB MiB of anonymous memory with non-zero
  *                              data, then free it (stale free memory)
+ *   stale PATH MIB SEED        write a MIB MiB file of non-zero data (put it
+ *                              on tmpfs; deleted, it is stale free memory)
  *   keep PATH MIB SEED         write a seeded file (put it on tmpfs), print
  *                              its checksum
  *   verify PATH MIB SEED       re-read the file, count bad pages, print the
@@ -150,6 +154,39 @@ static void describe_bad(const uint64_t *w, size_t nwords, uint64_t seed,
 		close(fd);
 }
 
+/*
+ * Bulk data: page p of w[] (page first + p of the data) holds a seeded value
+ * per page, each word that value with its index folded in.  Every page
+ * differs from every other, and no word is zero (the value is odd, the
+ * index is shifted clear of bit 0).
+ */
+static void write_pages(uint64_t *w, size_t npages, uint64_t seed,
+			uint64_t first)
+{
+	for (size_t p = 0; p < npages; p++, w += WORDS_PER_PAGE) {
+		uint64_t v = pattern(seed, first + p);
+
+		for (size_t i = 0; i < WORDS_PER_PAGE; i++)
+			w[i] = v ^ (i << 1);
+	}
+}
+
+/* Returns the number of pages of w[] not as write_pages() wrote them. */
+static size_t check_pages(const uint64_t *w, size_t npages, uint64_t seed,
+			  uint64_t first)
+{
+	size_t bad = 0;
+
+	for (size_t p = 0; p < npages; p++, w += WORDS_PER_PAGE) {
+		uint64_t v = pattern(seed, first + p), diff = 0;
+
+		for (size_t i = 0; i < WORDS_PER_PAGE; i++)
+			diff |= w[i] ^ v ^ (i << 1);
+		bad += diff != 0;
+	}
+	return bad;
+}
+
 static uint64_t sum_words(const uint64_t *w, size_t nwords, uint64_t sum)
 {
 	for (size_t i = 0; i < nwords; i++)
@@ -163,9 +200,32 @@ static int cmd_fill(unsigned long mib, uint64_t seed)
 	uint64_t *p = xmap(len);
 	double t = now_s();
 
-	write_pattern(p, len / 8, seed, 0);
+	write_pages(p, len / PAGE, seed, 0);
 	munmap(p, len);
 	printf("HBWORK fill mib=%lu ms=%.0f\n", mib, (now_s() - t) * 1e3);
+	return 0;
+}
+
+static int cmd_stale(const char *path, unsigned long mib, uint64_t seed)
+{
+	uint64_t *buf = xmap(MIB);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	double t = now_s();
+
+	if (fd < 0) {
+		printf("HBWORK error op=open path=%s errno=%d\n", path, errno);
+		return 2;
+	}
+	for (unsigned long m = 0; m < mib; m++) {
+		write_pages(buf, MIB / PAGE, seed, m * (MIB / PAGE));
+		if (write(fd, buf, MIB) != (ssize_t)MIB) {
+			printf("HBWORK error op=write errno=%d\n", errno);
+			return 2;
+		}
+	}
+	close(fd);
+	printf("HBWORK stale path=%s mib=%lu ms=%.0f\n", path, mib,
+	       (now_s() - t) * 1e3);
 	return 0;
 }
 
@@ -385,13 +445,12 @@ static int cmd_pressure(unsigned long pct)
 {
 	size_t len = meminfo("MemTotal") * 1024UL / 100 * pct;
 	uint64_t *p;
-	uint64_t sum = 0;
 	size_t bad;
 
 	len &= ~(PAGE - 1);
 	p = xmap(len);
-	write_pattern(p, len / 8, 77, 0);
-	bad = check_pattern(p, len / 8, 77, 0, &sum);
+	write_pages(p, len / PAGE, 77, 0);
+	bad = check_pages(p, len / PAGE, 77, 0);
 	munmap(p, len);
 	printf("HBWORK pressure mib=%zu ok=%d bad_pages=%zu\n", len / MIB,
 	       bad == 0, bad);
@@ -480,6 +539,8 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!strcmp(c, "fill") && argc >= 3)
 		return cmd_fill(num(argv[2]), argc > 3 ? num(argv[3]) : 1);
+	if (!strcmp(c, "stale") && argc == 5)
+		return cmd_stale(argv[2], num(argv[3]), num(argv[4]));
 	if (!strcmp(c, "keep") && argc == 5)
 		return cmd_keep(argv[2], num(argv[3]), num(argv[4]));
 	if (!strcmp(c, "verify") && argc == 5)
