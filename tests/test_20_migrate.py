@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0
 """Reference measurements on stock parts (Debian's QEMU, the in-tree
 driver): how often stock migrations lose data.  Their verdicts are recorded
-and counted (summary: stock reference runs / stock runs that lost data or
-oopsed), never asserted: these runs neither skip nor fail on what stock
-does.  A run fails only if the harness reached no verdict at all.  Tagged
-`long` (make long)."""
+and counted (summary: stock reference runs / stock runs not ok), never
+asserted: these runs neither skip nor fail on what stock does.  A run
+fails only if the harness reached no verdict at all.  Tagged `long` (make
+long)."""
 from hb import harness
 from hb.testlib import CURRENT, migrate, record_reference, tag, timeout
 
@@ -30,4 +30,4 @@ def test_stock_reference_runs():
         res = migrate(label, scenario=sc, **kw)
         record_reference(res, label)
     print(f"    stock reference: {CURRENT.facts['stock_losses']} of "
-          f"{CURRENT.facts['stock_runs']} runs lost data or oopsed")
+          f"{CURRENT.facts['stock_runs']} runs not ok")

@@ -71,7 +71,8 @@ def summary_lines(s):
         f"bad inputs tried={s.get('bad_inputs', 0)} "
         f"failures={s.get('failures', 0)}",
         f"summary: stock reference runs={s.get('stock_runs', 0)} "
-        f"stock runs that lost data or oopsed={s.get('stock_losses', 0)} "
+        f"stock runs not ok (data lost, kernel error or QEMU died)="
+        f"{s.get('stock_losses', 0)} "
         f"stock QEMUs that crashed at boot and were launched again="
         f"{s.get('stock_boot_crashes', 0)}",
     ]
