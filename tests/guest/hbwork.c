@@ -206,24 +206,43 @@ static int cmd_fill(unsigned long mib, uint64_t seed)
 	return 0;
 }
 
-static int cmd_stale(const char *path, unsigned long mib, uint64_t seed)
+/*
+ * Write a MIB MiB file at @path: the per-word pattern with its checksum in
+ * *@sum, or bulk data (write_pages()) if @sum is NULL.  On failure, print
+ * an HBWORK error line and return 2.
+ */
+static int write_file(const char *path, unsigned long mib, uint64_t seed,
+		      uint64_t *sum)
 {
 	uint64_t *buf = xmap(MIB);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	double t = now_s();
 
 	if (fd < 0) {
 		printf("HBWORK error op=open path=%s errno=%d\n", path, errno);
 		return 2;
 	}
 	for (unsigned long m = 0; m < mib; m++) {
-		write_pages(buf, MIB / PAGE, seed, m * (MIB / PAGE));
+		if (sum) {
+			write_pattern(buf, MIB / 8, seed, m * (MIB / 8));
+			*sum = sum_words(buf, MIB / 8, *sum);
+		} else {
+			write_pages(buf, MIB / PAGE, seed, m * (MIB / PAGE));
+		}
 		if (write(fd, buf, MIB) != (ssize_t)MIB) {
 			printf("HBWORK error op=write errno=%d\n", errno);
 			return 2;
 		}
 	}
 	close(fd);
+	return 0;
+}
+
+static int cmd_stale(const char *path, unsigned long mib, uint64_t seed)
+{
+	double t = now_s();
+
+	if (write_file(path, mib, seed, NULL))
+		return 2;
 	printf("HBWORK stale path=%s mib=%lu ms=%.0f\n", path, mib,
 	       (now_s() - t) * 1e3);
 	return 0;
@@ -231,23 +250,10 @@ static int cmd_stale(const char *path, unsigned long mib, uint64_t seed)
 
 static int cmd_keep(const char *path, unsigned long mib, uint64_t seed)
 {
-	uint64_t *buf = xmap(MIB);
 	uint64_t sum = 0xcbf29ce484222325ULL;
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 
-	if (fd < 0) {
-		printf("HBWORK error op=open path=%s errno=%d\n", path, errno);
+	if (write_file(path, mib, seed, &sum))
 		return 2;
-	}
-	for (unsigned long m = 0; m < mib; m++) {
-		write_pattern(buf, MIB / 8, seed, m * (MIB / 8));
-		sum = sum_words(buf, MIB / 8, sum);
-		if (write(fd, buf, MIB) != (ssize_t)MIB) {
-			printf("HBWORK error op=write errno=%d\n", errno);
-			return 2;
-		}
-	}
-	close(fd);
 	printf("HBWORK keep path=%s mib=%lu seed=%llu sum=%016llx\n", path, mib,
 	       (unsigned long long)seed, (unsigned long long)sum);
 	return 0;
