@@ -344,18 +344,15 @@ static int cmd_frag(const char *path, unsigned long mib, unsigned long hole_kb)
 {
 	size_t len = mib * MIB;
 	size_t hole = hole_kb ? hole_kb * 1024 : PAGE;
-	uint64_t *buf = xmap(MIB);
-	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	size_t holes = 0;
+	int fd;
 
+	if (write_file(path, mib, 0x5eed, NULL))
+		return 2;
+	fd = open(path, O_WRONLY);
 	if (fd < 0) {
 		printf("HBWORK error op=open path=%s errno=%d\n", path, errno);
 		return 2;
-	}
-	for (unsigned long m = 0; m < mib; m++) {
-		write_pattern(buf, MIB / 8, 0x5eed + m, 0);
-		if (write(fd, buf, MIB) != (ssize_t)MIB)
-			return 2;
 	}
 	for (size_t off = 0; off + hole <= len; off += 2 * hole) {
 		if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
