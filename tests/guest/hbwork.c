@@ -8,8 +8,8 @@
  * Data written by "keep" and "hold" is a pure function of (seed, offset),
  * so verification needs no stored copy: every 8-byte word is checked and
  * each mismatching 4 KiB page is counted.  Bulk data that only has to be
- * there ("fill", "stale", "pressure") is cheaper to make: one seeded value
- * per 4 KiB page, varied per word (write_pages()).
+ * there ("fill", "stale", "frag", "pressure") is cheaper to make: one
+ * seeded value per 4 KiB page, varied per word (write_pages()).
  *
  * Commands:
  *   fill MIB [SEED]            touch MIB MiB of anonymous memory with non-zero
@@ -216,12 +216,14 @@ static int write_file(const char *path, unsigned long mib, uint64_t seed,
 {
 	uint64_t *buf = xmap(MIB);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	int ret = 0;
 
 	if (fd < 0) {
 		printf("HBWORK error op=open path=%s errno=%d\n", path, errno);
+		munmap(buf, MIB);
 		return 2;
 	}
-	for (unsigned long m = 0; m < mib; m++) {
+	for (unsigned long m = 0; m < mib && !ret; m++) {
 		if (sum) {
 			write_pattern(buf, MIB / 8, seed, m * (MIB / 8));
 			*sum = sum_words(buf, MIB / 8, *sum);
@@ -230,11 +232,12 @@ static int write_file(const char *path, unsigned long mib, uint64_t seed,
 		}
 		if (write(fd, buf, MIB) != (ssize_t)MIB) {
 			printf("HBWORK error op=write errno=%d\n", errno);
-			return 2;
+			ret = 2;
 		}
 	}
 	close(fd);
-	return 0;
+	munmap(buf, MIB);
+	return ret;
 }
 
 static int cmd_stale(const char *path, unsigned long mib, uint64_t seed)
