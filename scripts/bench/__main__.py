@@ -168,10 +168,7 @@ def main():
             old = json.load(f)
         results["runs"] = old.get("runs", [])
         meta["previous"] = old.get("meta")
-    # Round-robin over repeats: every cell gets its first run before any
-    # gets its second, so noise from other load on the machine spreads over
-    # all cells, and a budget cut leaves a complete (shorter) matrix.
-    plan = [(c, r) for r in range(repeats) for c in cells]
+    plan = scenarios.run_plan(cells, repeats)
     log(f"{mode} matrix: {len(cells)} cells x {repeats} = {len(plan)} runs; "
         f"our QEMU {meta['our_qemu']} (patched={meta['our_qemu_patched']}); "
         "TCG timings" + (f"; HOST-TUNED: {meta['host_tuned']}"

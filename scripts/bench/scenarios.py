@@ -124,3 +124,36 @@ def parse_cells(spec):
             raise ValueError(f"unknown workload {w!r}")
     return [Cell(c, w, m, n) for n in smps for m in mems for w in wls
             for c in cfgs]
+
+
+def _balanced_orders(n):
+    """2n orders of n items (their indices): the n rotations of the given
+    order and the n rotations of its reverse.  Over the 2n, every item
+    runs in every position equally often, and runs right after each of its
+    neighbours in the given order as often as right before it."""
+    fwd = list(range(n))
+    rev = fwd[::-1]
+    return ([fwd[k:] + fwd[:k] for k in range(n)] +
+            [rev[k:] + rev[:k] for k in range(n)])
+
+
+def run_plan(cells, repeats):
+    """The order of the runs: (cell, repeat) pairs, round-robin over
+    repeats (every cell gets its first run before any gets its second, so
+    load from other jobs spreads over all cells, and a budget cut leaves a
+    complete shorter matrix).  Within each repeat, the configurations of a
+    workload, size and vCPU count run next to each other, in an order that
+    changes from repeat to repeat (_balanced_orders()): a run takes over
+    the host from the one before it (memory the host has not handed back
+    yet makes a destination's first touch cheaper), so no configuration
+    may always follow the same one."""
+    groups = collections.OrderedDict()
+    for c in cells:
+        groups.setdefault((c.workload, c.mem_mib, c.smp), []).append(c)
+    plan = []
+    for r in range(repeats):
+        for group in groups.values():
+            orders = _balanced_orders(len(group))
+            plan += [(group[i], r) for i in orders[r % len(orders)]]
+    return plan
+
