@@ -475,14 +475,16 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 	/*
 	 * The host issues a command id right after a dirty bitmap sync.  A
 	 * host that does not re-arm its write tracking at the sync (stock
-	 * QEMU 7.2 under TCG, fixed by our QEMU series) does not log a
-	 * store made through a TLB entry that was filled before the sync, so
-	 * a page we report, then reuse, could lose that store.  Flushing every
-	 * CPU's TLB before we look for free memory makes every store after
-	 * this point go through a new entry, which such a host logs.  One IPI
-	 * per round; with a correct host it changes nothing.
+	 * QEMU under TCG) does not log a store made through a TLB entry that
+	 * was filled before the sync, so a page we report, then reuse, could
+	 * lose that store.  Flushing every CPU's TLB before we look for free
+	 * memory makes every store after this point go through a new entry,
+	 * which such a host logs.  A device that offers HINT_KEEP_WRITES keeps
+	 * those stores itself, so the IPI and the refills it costs every vCPU
+	 * are spared there.
 	 */
-	vb_compat_flush_tlb_all();
+	if (!vb_has(vb, VIRTIO_BALLOON_F_HINT_KEEP_WRITES))
+		vb_compat_flush_tlb_all();
 
 	/* the id becomes active (answered) only once it is queued */
 	ret = vb_hint_send_cmd(vb, cmd_id);
