@@ -135,8 +135,8 @@ run_one() { # label qemu name timeout cmd...
 	# 9p ones: qtest-9p-local-*); one killed mid-run would leave them in
 	# the source tree.
 	(cd "$scratch" &&
-	 unshare -m sh -c '[ ! -e /dev/kvm ] || mount --bind /dev/null /dev/kvm ||
-		exit; exec "$@"' sh \
+	 unshare -m sh -c 'if [ -e /dev/kvm ]; then
+		mount --bind /dev/null /dev/kvm || exit; fi; exec "$@"' sh \
 		env QTEST_QEMU_BINARY="$qemu" timeout -k 10 "$tmo" "$@") > "$log" 2>&1
 	rc=$?
 	local ok nok skip

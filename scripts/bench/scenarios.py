@@ -156,4 +156,3 @@ def run_plan(cells, repeats):
             orders = _balanced_orders(len(group))
             plan += [(group[i], r) for i in orders[r % len(orders)]]
     return plan
-
