@@ -15,8 +15,9 @@ Workloads are the harness's (tests/hb/harness.py prepare_guest): fresh,
 stale, frag, churn, cache; "stale+bw" is stale with a memory-bandwidth
 probe (hbwork bandwidth) running in the guest before and during the
 migration; "churn-all" is churn with one churn process per vCPU;
-"stale-abc" is stale migrated A -> B -> C (hinting on every hop), the data
-verified at C.
+"fresh+churn-all" is churn-all without the stale data (the writers alone,
+nothing stale to hint); "stale-abc" is stale migrated A -> B -> C
+(hinting on every hop), the data verified at C.
 """
 import collections
 
@@ -34,8 +35,8 @@ CONFIGS = {
     "d+drop": ("ours", "ours", True, "hint_drop_cache=1", "d with drop_cache=1"),
 }
 CONFIG_ORDER = ["a", "b", "c", "d", "c-alloc", "d-alloc", "c+drop", "d+drop"]
-WORKLOAD_ORDER = ["fresh", "stale", "frag", "churn", "churn-all", "cache",
-                  "stale+bw", "stale-abc"]
+WORKLOAD_ORDER = ["fresh", "stale", "frag", "churn", "churn-all",
+                  "fresh+churn-all", "cache", "stale+bw", "stale-abc"]
 REF = "b"
 SMP = 2          # the harness's default guest: 2 vCPUs
 
@@ -47,12 +48,14 @@ def scenario(cell, seed, downtime_limit_ms=harness.DOWNTIME_LIMIT_MS):
     """The harness Scenario of a cell."""
     wl = cell.workload
     workload = {"stale+bw": "stale", "churn-all": "churn",
-                "stale-abc": "stale"}.get(wl, wl)
+                "fresh+churn-all": "churn", "stale-abc": "stale"}.get(wl, wl)
+    extra = {"stale_pct": 0} if wl == "fresh+churn-all" else {}
     return harness.Scenario(workload=workload, mem_mib=cell.mem_mib,
                             seed=seed, downtime_limit_ms=downtime_limit_ms,
                             smp=cell.smp,
-                            churn_procs=cell.smp if wl == "churn-all" else 1,
-                            hops=2 if wl == "stale-abc" else 1)
+                            churn_procs=(cell.smp if wl.endswith("churn-all")
+                                         else 1),
+                            hops=2 if wl == "stale-abc" else 1, **extra)
 
 
 def full_matrix():
@@ -70,10 +73,11 @@ def full_matrix():
     for wl in ("frag", "churn"):
         for cfg in "abcd":
             cells.append(Cell(cfg, wl, 1024))
-    # churn writing on every vCPU
+    # churn writing on every vCPU, and the same without stale data
     for mem in (1024, 4096):
-        for cfg in "abd":
-            cells.append(Cell(cfg, "churn-all", mem))
+        for wl in ("churn-all", "fresh+churn-all"):
+            for cfg in "abd":
+                cells.append(Cell(cfg, wl, mem))
     # A -> B -> C
     for cfg in "abd":
         cells.append(Cell(cfg, "stale-abc", 1024))

@@ -704,7 +704,7 @@ class Scenario:
 def prepare_guest(vm, sc, res):
     g = vm.guest
     stale = sc.mem_mib * sc.stale_pct // 100
-    if sc.workload in ("stale", "churn"):
+    if sc.workload in ("stale", "churn") and stale:
         # As a user's guest gets it: page cache full of data, then deleted.
         res["fill"] = g.hbwork(f"stale /data/stale {stale} {sc.seed}")
         g.run("rm /data/stale")
