@@ -156,18 +156,28 @@ def hold_freed_memory(warm_mib):
     touch_fresh(warm_mib)
 
 
-def touch_fresh(mib, advice=None):
-    """Map mib MiB of fresh anonymous memory, write each 4 KiB page once,
-    unmap it; the seconds the writes took."""
+def _rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") >> 10)
+
+
+def touch_fresh(mib, advice=None, read=False):
+    """Map mib MiB of fresh anonymous memory, write (or read) each 4 KiB
+    page once, unmap it; the seconds the accesses took and the KiB by which
+    they grew the resident set."""
     size = mib << 20
     m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
         if advice is not None:
             m.madvise(advice)
+        rss = _rss_kib()
         t = time.perf_counter()
         for off in range(0, size, 4096):
-            m[off] = 1
-        return time.perf_counter() - t
+            if read:
+                _ = m[off]
+            else:
+                m[off] = 1
+        return time.perf_counter() - t, _rss_kib() - rss
     finally:
         m.close()
 
@@ -178,11 +188,22 @@ def fault_probe(mib=128):
     the second reuses what the first freed) and advised small.  On a
     machine that is itself a VM, the first figure includes the outer
     host's faults; the destination QEMU pays it for every huge page it
-    loads into."""
-    return {key: round(touch_fresh(mib, adv) / (mib << 8) * 1e9)
-            for key, adv in (("huge_cold", mmap.MADV_HUGEPAGE),
-                             ("huge_warm", mmap.MADV_HUGEPAGE),
-                             ("small", mmap.MADV_NOHUGEPAGE))}
+    loads into.  "read": the same for reading fresh memory advised huge,
+    last, so from memory as recently used as huge_warm's; a read maps the
+    shared zero page on most hosts (no memory made resident) but on some
+    allocates like a write; "read_resident_pct" is how much of the read
+    memory became resident.  QEMU reads every page it
+    checks for zeros, on the source and, loading a zero page, on the
+    destination, so where reads allocate, each zero page costs a fault on
+    both."""
+    out = {key: round(touch_fresh(mib, adv)[0] / (mib << 8) * 1e9)
+           for key, adv in (("huge_cold", mmap.MADV_HUGEPAGE),
+                            ("huge_warm", mmap.MADV_HUGEPAGE),
+                            ("small", mmap.MADV_NOHUGEPAGE))}
+    secs, grew_kib = touch_fresh(mib, mmap.MADV_HUGEPAGE, read=True)
+    out["read"] = round(secs / (mib << 8) * 1e9)
+    out["read_resident_pct"] = round(100 * grew_kib / (mib << 10))
+    return out
 
 
 def machine_info(our_bin):
