@@ -259,6 +259,17 @@ def make_table(results):
     lines.append(f"Matrix: {meta.get('mode', '?')} run, {len(runs)} runs, "
                  f"{meta.get('repeats', '?')} repeat(s) per cell, "
                  f"started {meta.get('started', '?')}; **TCG timings**{tuned}.")
+    probe = meta.get("fault_ns_per_4k", {})
+    if "read_resident_pct" in probe:
+        lines.append("")
+        lines.append(
+            f"Host fault probe, ns per 4 KiB of fresh memory: write "
+            f"{probe['huge_cold']} (huge, cold), {probe['huge_warm']} "
+            f"(huge, warm); read {probe['read']} (huge, warm) with "
+            f"{probe['read_resident_pct']} % made resident" +
+            (" — reads allocate here: a and b pay a first touch for every "
+             "zero page, so time ratios against them mostly measure the host."
+             if probe["read_resident_pct"] >= 50 else "."))
     lines.append("")
     lines.append(f"### Ratios to configuration (b) — TCG timings{tuned}")
     lines.append("")
