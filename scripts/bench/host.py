@@ -172,10 +172,11 @@ def touch_fresh(mib, advice=None, read=False):
             m.madvise(advice)
         rss = _rss_kib()
         t = time.perf_counter()
-        for off in range(0, size, 4096):
-            if read:
+        if read:
+            for off in range(0, size, 4096):
                 _ = m[off]
-            else:
+        else:
+            for off in range(0, size, 4096):
                 m[off] = 1
         return time.perf_counter() - t, _rss_kib() - rss
     finally:
@@ -192,10 +193,9 @@ def fault_probe(mib=128):
     last, so from memory as recently used as huge_warm's; a read maps the
     shared zero page on most hosts (no memory made resident) but on some
     allocates like a write; "read_resident_pct" is how much of the read
-    memory became resident.  QEMU reads every page it
-    checks for zeros, on the source and, loading a zero page, on the
-    destination, so where reads allocate, each zero page costs a fault on
-    both."""
+    memory became resident.  QEMU reads every page it checks for zeros, on
+    the source and, loading a zero page, on the destination, so where reads
+    allocate, each zero page costs a fault on both."""
     out = {key: round(touch_fresh(mib, adv)[0] / (mib << 8) * 1e9)
            for key, adv in (("huge_cold", mmap.MADV_HUGEPAGE),
                             ("huge_warm", mmap.MADV_HUGEPAGE),

@@ -8,7 +8,7 @@ import statistics
 from hb import harness
 
 from engine import BW_SLICE_S
-from scenarios import CONFIG_ORDER, REF, SMP, WORKLOAD_ORDER
+from scenarios import CONFIG_ORDER, NOTHING_STALE, REF, SMP, WORKLOAD_ORDER
 
 
 def _num(x):
@@ -382,7 +382,6 @@ def make_table(results):
 # at most half of stock hinting's (not on the workloads without stale data,
 # which have nothing to hint).  Medians; (b) over its completed runs.
 DOWNTIME_SLACK_MS = 10
-NOTHING_STALE = ("fresh", "fresh+churn-all")
 FLOOR_FACTOR = 1.15
 TIME_FACTOR = 0.5
 

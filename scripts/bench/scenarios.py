@@ -38,6 +38,8 @@ CONFIG_ORDER = ["a", "b", "c", "d", "c-alloc", "d-alloc", "c+drop", "d+drop"]
 WORKLOAD_ORDER = ["fresh", "stale", "frag", "churn", "churn-all",
                   "fresh+churn-all", "cache", "stale+bw", "stale-abc"]
 REF = "b"
+# workloads without stale data: nothing for the hints to skip
+NOTHING_STALE = ("fresh", "fresh+churn-all")
 SMP = 2          # the harness's default guest: 2 vCPUs
 
 Cell = collections.namedtuple("Cell", "config workload mem_mib smp")
@@ -50,11 +52,11 @@ def scenario(cell, seed, downtime_limit_ms=harness.DOWNTIME_LIMIT_MS):
     workload = {"stale+bw": "stale", "churn-all": "churn",
                 "fresh+churn-all": "churn", "stale-abc": "stale"}.get(wl, wl)
     extra = {"stale_pct": 0} if wl == "fresh+churn-all" else {}
+    per_vcpu = wl in ("churn-all", "fresh+churn-all")
     return harness.Scenario(workload=workload, mem_mib=cell.mem_mib,
                             seed=seed, downtime_limit_ms=downtime_limit_ms,
                             smp=cell.smp,
-                            churn_procs=(cell.smp if wl.endswith("churn-all")
-                                         else 1),
+                            churn_procs=cell.smp if per_vcpu else 1,
                             hops=2 if wl == "stale-abc" else 1, **extra)
 
 
