@@ -192,7 +192,8 @@ def fault_probe(mib=128):
     loads into.  "read": the same for reading fresh memory advised huge,
     last, so from memory as recently used as huge_warm's; a read maps the
     shared zero page on most hosts (no memory made resident) but on some
-    allocates like a write; "read_resident_pct" is how much of the read
+    (a kernel booted with pvm_no_zero_page=1, for one) allocates like a
+    write; "read_resident_pct" is how much of the read
     memory became resident.  QEMU reads every page it checks for zeros, on
     the source and, loading a zero page, on the destination, so where reads
     allocate, each zero page costs a fault on both."""
@@ -222,6 +223,7 @@ def machine_info(our_bin):
         "cpu_model": cpu,
         "kernel": platform.release(),
         "host": sh("uname -a"),
+        "host_cmdline": sh("cat /proc/cmdline"),
         "stock_qemu": sh(f"{harness.STOCK_QEMU} --version | head -1"),
         "our_qemu": sh(f"{our_bin} --version | head -1"),
         "our_qemu_key": sh(f"cat {os.path.dirname(harness.OUR_QEMU)}/.key"),

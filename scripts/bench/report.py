@@ -250,6 +250,15 @@ def tuned_label(meta):
     return f" — **host-tuned ({t})**" if t else ""
 
 
+def zero_page_params(meta):
+    """The host kernel's command-line parameters about its zero page (a
+    kernel can be told not to map it for reads), as " (host kernel: ...)",
+    or ""."""
+    params = [p for p in (meta.get("host_cmdline") or "").split()
+              if "zero_page" in p]
+    return f" (host kernel: {' '.join(params)})" if params else ""
+
+
 def make_table(results):
     runs = results["runs"]
     summ = summarize(runs)
@@ -267,8 +276,9 @@ def make_table(results):
             f"{probe['huge_cold']} (huge, cold), {probe['huge_warm']} "
             f"(huge, warm); read {probe['read']} (huge, warm) with "
             f"{probe['read_resident_pct']} % made resident" +
-            (" — reads allocate here: a and b pay a first touch for every "
-             "zero page, so time ratios against them mostly measure the host."
+            (" — reads allocate here" + zero_page_params(meta) +
+             ": a and b pay a first touch for every zero page, so time "
+             "ratios against them mostly measure the host."
              if probe["read_resident_pct"] >= 50 else "."))
     lines.append("")
     lines.append(f"### Ratios to configuration (b) — TCG timings{tuned}")
