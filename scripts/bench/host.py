@@ -193,10 +193,10 @@ def fault_probe(mib=128):
     last, so from memory as recently used as huge_warm's; a read maps the
     shared zero page on most hosts (no memory made resident) but on some
     (a kernel booted with pvm_no_zero_page=1, for one) allocates like a
-    write; "read_resident_pct" is how much of the read
-    memory became resident.  QEMU reads every page it checks for zeros, on
-    the source and, loading a zero page, on the destination, so where reads
-    allocate, each zero page costs a fault on both."""
+    write; "read_resident_pct" is how much of the read memory became
+    resident.  QEMU reads every page it checks for zeros, on the source
+    and, loading a zero page, on the destination, so where reads allocate,
+    each zero page costs a fault on both."""
     out = {key: round(touch_fresh(mib, adv)[0] / (mib << 8) * 1e9)
            for key, adv in (("huge_cold", mmap.MADV_HUGEPAGE),
                             ("huge_warm", mmap.MADV_HUGEPAGE),
