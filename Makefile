@@ -6,24 +6,22 @@ PY := /usr/bin/python3
 INITRD := build/initramfs.cpio.gz
 KVER ?= $(shell scripts/guest-kver.sh 2>/dev/null)
 
-.PHONY: all setup qemu qemu-asan guest image images lint check demo bench soak \
-	reliability long clean
+.PHONY: all setup qemu qemu-asan guest image images deb lint check demo \
+	bench soak reliability long clean
 
 all: qemu guest images
 
 setup:
 	@bash scripts/setup.sh
 
-# Our QEMU on both bases (build/qemu: 10.0, the default; build/qemu-7.2) and
-# Debian's own QEMU 10.0 as the stock reference (build/stock-qemu-10.0).
+# Our QEMU 10.0 (build/qemu) and Debian's own QEMU 10.0 as the stock
+# reference (build/stock-qemu-10.0).
 qemu: setup
 	@bash scripts/build-qemu.sh 10.0
-	@bash scripts/build-qemu.sh 7.2
 	@bash scripts/stock-qemu.sh
 
 qemu-asan: setup
 	@SANITIZE=1 bash scripts/build-qemu.sh 10.0
-	@SANITIZE=1 bash scripts/build-qemu.sh 7.2
 
 # guest/virtio_balloon.ko for KVER (default: the newest guest kernel with
 # headers), as `make install` and DKMS build it: no fault injection.
@@ -58,6 +56,12 @@ images: setup guest
 	@for s in 6.1 6.12; do \
 		$(MAKE) --no-print-directory image KVER=$$(scripts/guest-kver.sh $$s) || exit 1; \
 	done
+
+# The guest driver as a DKMS package, built with dh-dkms in a scratch copy
+# (build/deb/work): build/deb/balloon-hint-dkms_<version>_all.deb, the
+# version being PACKAGE_VERSION of guest/dkms.conf (scripts/mk-deb.sh).
+deb: setup
+	@bash scripts/mk-deb.sh
 
 lint: setup qemu
 	@for s in 6.1 6.12; do \
@@ -104,7 +108,7 @@ demo: qemu images
 	@$(PY) scripts/demo.py
 
 # Each stack side by side with its stock pair; STACKS=10.0 for one.
-STACKS ?= 10.0 7.2
+STACKS ?= 10.0
 bench: qemu images
 	@mkdir -p build/tmp
 	@for s in $(STACKS); do \

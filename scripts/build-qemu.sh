@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Build the patched QEMU for one base: Debian's qemu source package of that
-# base + host-qemu-patch/qemu-BASE/series, a minimal x86_64-softmmu build.
+# base + host-qemu-patch/qemu-BASE/series, an x86_64-softmmu build with the
+# configure options of Debian's own package (scripts/qemu-env.sh).
 #
-#   scripts/build-qemu.sh [10.0|7.2]      (default 10.0)
+#   scripts/build-qemu.sh [10.0]      (default 10.0)
 #
 #   10.0: Debian 13's 1:10.0.x (apt-get source from trixie)
 #         -> build/qemu/qemu-system-x86_64
-#   7.2:  Debian 12's 1:7.2+dfsg-7+deb12uN (apt-get source from bookworm)
-#         -> build/qemu-7.2/qemu-system-x86_64
 #
 # Each version is pinned; when the pinned version has left the archive, the
 # current one of the same Debian release is taken instead.
 #
-# Both binaries find the firmware of the Debian packages seabios and ipxe-qemu
+# The binary finds the firmware of the Debian packages seabios and ipxe-qemu
 # and of qemu-system-data without -L (--firmwarepath).
 #
 # The build is cached machine-wide in /var/cache/balloon-hint, keyed by the
@@ -24,7 +23,6 @@
 #
 # Environment:
 #   SANITIZE=1        --enable-sanitizers build into build/qemu-asan/
-#                     (10.0) or build/qemu-7.2-asan/ (7.2)
 #   QEMU_SRC_VERSION  Debian version to fetch (default: the pinned one)
 #   BH_NEED_TREE=1    also leave a configured build tree
 #
@@ -40,8 +38,7 @@ die() { printf '[build-qemu %s] ERROR: %s\n' "$base" "$*" >&2; exit 1; }
 
 case "$base" in
 10.0)	pinned=${QEMU_SRC_VERSION:-1:10.0.13+ds-0+deb13u1}; suite=trixie; outname=qemu ;;
-7.2)	pinned=${QEMU_SRC_VERSION:-1:7.2+dfsg-7+deb12u18}; suite=bookworm; outname=qemu-7.2 ;;
-*)	die "unknown base '$base' (10.0 or 7.2)" ;;
+*)	die "unknown base '$base' (10.0)" ;;
 esac
 patchdir=$top/host-qemu-patch/qemu-$base
 series=$patchdir/series
@@ -60,8 +57,6 @@ flock 9
 
 # shellcheck source=scripts/qemu-env.sh
 . "$top/scripts/qemu-env.sh"
-qemu_cfg "$base"
-cfg+=("${extra_cfg[@]}")
 
 # 1. The Debian source package, unpacked once per base into the cache.
 csrc=$cache/src/qemu-$base
@@ -88,16 +83,7 @@ fetch_source() {
 (
 	flock 8
 	if [ ! -f "$csrc/VERSION" ]; then
-		# The layout of earlier versions of this script (7.2 only).
-		if [ "$base" = 7.2 ] && [ -d "$cache/pristine/qemu-7.2" ] &&
-		   [ "$(cat "$cache/pristine/VERSION" 2>/dev/null)" = "$pinned" ]; then
-			tmp=$(mktemp -d "$cache/src/.copy.XXXXXX")
-			cp -a "$cache/pristine/qemu-7.2" "$tmp/qemu"
-			cp "$cache/pristine/VERSION" "$tmp/VERSION"
-			mv "$tmp" "$csrc"
-		else
-			fetch_source
-		fi
+		fetch_source
 	elif [ "$(cat "$csrc/VERSION")" != "$pinned" ] &&
 	     [ "$(cat "$csrc/.tried" 2>/dev/null)" != "$pinned" ]; then
 		# Another version is cached: try the pinned one once more.
@@ -106,6 +92,8 @@ fetch_source() {
 ) 8> "$cache/.src.lock"
 version=$(cat "$csrc/VERSION")
 say "source version $version"
+qemu_cfg "$base" "$csrc/qemu"
+cfg+=("${extra_cfg[@]}")
 
 key=$( { echo "$version"; echo "${cfg[*]}";
 	 if [ -f "$series" ]; then

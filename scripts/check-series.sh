@@ -3,7 +3,7 @@
 # Check that every prefix of a QEMU series builds and that every patch
 # passes QEMU's scripts/checkpatch.pl.
 #
-#   scripts/check-series.sh [10.0|7.2]     (default 10.0)
+#   scripts/check-series.sh [10.0]     (default 10.0)
 #
 # The patches are applied one at a time, each as a commit, onto a git copy of
 # the Debian source that scripts/build-qemu.sh fetched into the machine cache;
@@ -23,18 +23,17 @@ die() { printf '[check-series %s] FAIL: %s\n' "$base" "$*" >&2; exit 1; }
 
 # shellcheck source=scripts/qemu-env.sh
 . "$top/scripts/qemu-env.sh"
-qemu_cfg "$base"
 patchdir=$top/host-qemu-patch/qemu-$base
 series=$patchdir/series
 csrc=$cache/src/qemu-$base
 [ -f "$series" ] || die "no $series"
 [ -f "$csrc/VERSION" ] || die "no source in $csrc: run scripts/build-qemu.sh $base first"
+qemu_cfg "$base" "$csrc/qemu"
 version=$(cat "$csrc/VERSION")
 mapfile -t patches < <(grep -vE '^\s*(#|$)' "$series")
 [ ${#patches[@]} -gt 0 ] || die "empty series"
 
 outname=qemu
-[ "$base" = 10.0 ] || outname=qemu-$base
 work=$top/build/check-series-$base
 mkdir -p "$work"
 # The tree and build directory of scripts/build-qemu.sh, so that ccache

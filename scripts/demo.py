@@ -3,9 +3,10 @@
 """make demo: migrate one guest with stale free memory three ways and print
 the comparison.  TCG timings; bytes are the steadier figure.
 
-The stack is the default one (QEMU 10.0, Linux 6.12), or HB_STACK=7.2:
-Debian's QEMU of that version with the in-tree driver of the same guest
-kernel, without and with hinting, against our QEMU and driver."""
+The stack is the default one (QEMU 10.0, Linux 6.12), or the one HB_STACK
+names: Debian's QEMU of that version with the in-tree driver of the same
+guest kernel, without and with hinting, against our QEMU and driver (opted
+in to free-page-hint-keep-writes, as a fleet of our hosts is)."""
 import os
 import sys
 

@@ -6,17 +6,16 @@
 # (bind-mounts /dev/null over it where it exists), so every "kvm:tcg" falls
 # back to TCG.
 #
-#   scripts/run-qtests.sh [--base 10.0|7.2] [--quick|--full|--build-only] [--baseline]
+#   scripts/run-qtests.sh [--base 10.0] [--quick|--full|--build-only] [--baseline]
 #
-#   --base        the QEMU base (default 10.0: build/qemu; 7.2: build/qemu-7.2)
+#   --base        the QEMU base (default 10.0: build/qemu)
 #   --quick       (default) qos-test restricted to the virtio-balloon graph
 #                 paths, qom-test, device-introspect-test (properties of
 #                 every device, including virtio-balloon-*)
 #   --full        --quick plus the whole migration-test (long under TCG)
 #   --build-only  build and stash the qtest binaries, run nothing
 #   --baseline    also run the same binaries against the unpatched Debian
-#                 build of the same QEMU version (10.0: build/stock-qemu-10.0,
-#                 7.2: /usr/bin/qemu-system-x86_64)
+#                 build of the same QEMU version (build/stock-qemu-10.0)
 #
 # Environment:
 #   HB_OUR_QEMU   binary under test (default build/<base's dir>/qemu-system-x86_64)
@@ -40,7 +39,7 @@ base=10.0
 while [ $# -gt 0 ]; do
 	a=$1; shift
 	case "$a" in
-	--base) base=${1:?--base needs 10.0 or 7.2}; shift ;;
+	--base) base=${1:?--base needs 10.0}; shift ;;
 	--quick) mode=quick ;;
 	--full) mode=full ;;
 	--build-only) mode=build ;;
@@ -52,7 +51,6 @@ done
 
 case "$base" in
 10.0) outname=qemu; stock=$top/build/stock-qemu-10.0/qemu-system-x86_64 ;;
-"7.2") outname=qemu-7.2; stock=/usr/bin/qemu-system-x86_64 ;;
 *) die "unknown base $base" ;;
 esac
 ours=${HB_OUR_QEMU:-$top/build/$outname/qemu-system-x86_64}
@@ -97,7 +95,7 @@ else
 	done
 	say "building ${targets[*]} in $bdir"
 	export CCACHE_DIR=${BH_CACHE:-/var/cache/balloon-hint}/ccache
-	qemu_cfg "$base"    # meson for 10.0
+	qemu_cfg "$base" "${BH_CACHE:-/var/cache/balloon-hint}/src/qemu-$base/qemu"    # meson
 	nice -n 10 ninja -C "$bdir" "${targets[@]}" > "$logs/build.log" 2>&1 ||
 		{ tail -30 "$logs/build.log"; die "qtest build failed (see $logs/build.log)"; }
 	for t in "${targets[@]}"; do install -m 0755 "$bdir/$t" "$stash/bin/"; done

@@ -13,13 +13,12 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 
-# Apt entries balloon-hint needs, each in a file of its own:
-# - deb-src for bookworm: 'apt-get source qemu' of Debian 12's QEMU 7.2;
+# Apt entries balloon-hint needs, in a file of its own:
 # - bookworm-backports (deb and deb-src): the Linux 6.12 guest kernel and
 #   headers, meson >= 1.5 for QEMU 10.0, and Debian's own QEMU 10.0 binary
-#   (the stock reference of the 10.0 stack, unpacked under build/, never
-#   installed).  Backports has priority 100: nothing is taken from it unless
-#   asked for by name or with -t;
+#   (the stock reference, unpacked under build/, never installed).
+#   Backports has priority 100: nothing is taken from it unless asked for
+#   by name or with -t;
 # - deb-src for trixie: 'apt-get source qemu' of Debian 13's QEMU 10.0.
 add_sources() { # file, content
 	local f=/etc/apt/sources.list.d/$1
@@ -29,22 +28,6 @@ add_sources() { # file, content
 		rm -f /var/lib/balloon-hint/apt-updated
 	fi
 }
-# A deb-src entry for bookworm the machine already has is used as it is.
-if ! grep -sE '^\s*(deb-src\s.*\sbookworm\s|Suites:.*\bbookworm\b)' \
-	$(grep -lsE '^\s*(deb-src|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/* |
-	  grep -v balloon-hint-bp) >/dev/null 2>&1; then
-	add_sources balloon-hint-src.sources 'Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb-src
-URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg'
-fi
 add_sources balloon-hint-bp.sources 'Types: deb deb-src
 URIs: http://deb.debian.org/debian
 Suites: bookworm-backports
@@ -57,15 +40,32 @@ Suites: trixie
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg'
 
+# The libraries of the features Debian's qemu-system build enables
+# (debian/control of the qemu source package, Build-Depends), so that our
+# QEMU is configured as Debian's is (scripts/qemu-env.sh).  libblkio-dev is
+# not in Debian 12.
+QEMU_BUILD_DEPS=(
+	libgnutls28-dev libaio-dev libasound2-dev libbpf-dev libbrlapi-dev
+	libcacard-dev libcap-ng-dev libcapstone-dev libcurl4-gnutls-dev libdrm-dev
+	libepoxy-dev libfdt-dev libfuse3-dev libgbm-dev libglusterfs-dev
+	libgtk-3-dev libibumad-dev libibverbs-dev libiscsi-dev libjack-dev
+	libjpeg-dev libncurses-dev libnfs-dev libnuma-dev libpipewire-0.3-dev
+	libpixman-1-dev libpmem-dev libpng-dev libpulse-dev librbd-dev
+	librdmacm-dev libsasl2-dev libsdl2-dev libseccomp-dev libslirp-dev
+	libspice-server-dev libssh-dev libudev-dev liburing-dev
+	libusb-1.0-0-dev libusbredirparser-dev libvdeplug-dev
+	libvirglrenderer-dev libvte-2.91-dev libzstd-dev nettle-dev libattr1-dev
+)
+
 PKGS=(
 	build-essential gcc make bc flex bison libelf-dev kmod cpio
 	busybox-static linux-image-amd64 linux-headers-amd64
 	linux-source-6.1 sparse dkms
-	qemu-system-x86 qemu-utils seabios ipxe-qemu
-	dpkg-dev devscripts python3 python3-venv
-	ninja-build meson pkg-config ccache libglib2.0-dev libpixman-1-dev
-	zlib1g-dev libfdt-dev libslirp-dev libcap-ng-dev libattr1-dev
+	qemu-system-data qemu-utils seabios ipxe-qemu
+	dpkg-dev devscripts debhelper dh-dkms python3 python3-venv
+	ninja-build meson pkg-config ccache libglib2.0-dev zlib1g-dev
 	python3-matplotlib xz-utils zstd gdb
+	"${QEMU_BUILD_DEPS[@]}"
 )
 
 missing=()
@@ -105,6 +105,60 @@ for series in 6.1 6.12; do
 done
 kver=$("$(dirname "$0")/guest-kver.sh")
 
+# libvirt 11.3 (Debian 13's, from bookworm-backports) for the libvirt test
+# (tests/test_82_libvirt.py): libvirtd (Debian packages the monolithic
+# daemon only), its QEMU driver and virsh.  Each is asked for as
+# PACKAGE/bookworm-backports, so that only libvirt's own packages come from
+# backports and every other dependency from bookworm (-t bookworm-backports
+# would also upgrade systemd).  The test runs private daemons of its own
+# (tests/hb/libvirt.py), never the system's, so when this script is what
+# brings libvirtd to the machine it keeps the packages' system daemons from
+# running, now and at boot: nothing is started while the packages install
+# (a policy-rc.d that denies, unless the machine has one of its own), and
+# the units and init scripts they enable are disabled and masked.  To use
+# the system libvirt afterwards: `systemctl unmask` the units of
+# LIBVIRT_UNITS, then `systemctl enable --now libvirtd.socket`.  A machine
+# that already had libvirtd keeps its units as they were.
+LIBVIRT_PKGS=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
+LIBVIRT_UNITS=(libvirtd.service libvirtd.socket libvirtd-ro.socket
+	libvirtd-admin.socket libvirtd-tcp.socket libvirtd-tls.socket
+	virtlogd.service virtlogd.socket virtlogd-admin.socket
+	libvirt-guests.service)
+LIBVIRT_INITSCRIPTS=(libvirtd virtlogd libvirt-guests)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+missing=()
+for p in "${LIBVIRT_PKGS[@]}"; do
+	installed "$p" || missing+=("$p/bookworm-backports")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	had_libvirtd=no
+	installed libvirt-daemon && had_libvirtd=yes
+	say "installing libvirt (bookworm-backports), its system daemons masked: ${missing[*]}"
+	policy=/usr/sbin/policy-rc.d
+	own_policy=no
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\n# balloon-hint setup.sh: no service starts while libvirt installs\nexit 101\n' > "$policy"
+		chmod 755 "$policy"
+		own_policy=yes
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+	if [ "$own_policy" = yes ]; then
+		rm -f "$policy"
+		trap - EXIT
+	fi
+	if [ "$had_libvirtd" = no ]; then
+		if [ -d /run/systemd/system ]; then
+			systemctl stop "${LIBVIRT_UNITS[@]}" >/dev/null 2>&1 || true
+		fi
+		systemctl disable "${LIBVIRT_UNITS[@]}" >/dev/null 2>&1 || true
+		systemctl mask "${LIBVIRT_UNITS[@]}" >/dev/null 2>&1 || true
+		for s in "${LIBVIRT_INITSCRIPTS[@]}"; do
+			update-rc.d "$s" disable >/dev/null 2>&1 || true
+		done
+	fi
+fi
+
 # Debian packages used without being installed, kept in the machine-wide
 # cache (/var/cache/balloon-hint): each is pinned, and when the pinned
 # version has left the archive the current bookworm-backports one is taken.
@@ -129,7 +183,7 @@ cached_deb() { # package, pinned version -> path of the .deb in the cache
 	echo "$f"
 }
 # meson >= 1.5 for QEMU 10.0, unpacked privately: bookworm's meson 1.0.1
-# stays the system one (QEMU 7.2 builds with it).
+# stays the system one.
 if [ ! -d "$cache/meson/usr/lib/python3/dist-packages/mesonbuild" ]; then
 	deb=$(cached_deb meson 1.7.0-1~bpo12+1)
 	say "unpacking $(basename "$deb") into $cache/meson"
@@ -142,7 +196,12 @@ fi
 # under build/ by scripts/stock-qemu.sh, never installed.  Its libraries are
 # installed by name; it finds its firmware in the folders of the seabios,
 # ipxe-qemu and qemu-system-data packages above.
-cached_deb qemu-system-x86 1:10.0.2+ds-2+deb13u1~bpo12+1 >/dev/null
+# With the packages it recommends that hold its modules (devices, displays,
+# audio and block drivers), as `apt install qemu-system-x86` brings them.
+for p in qemu-system-x86 qemu-system-common qemu-system-gui \
+	 qemu-system-modules-spice qemu-system-modules-opengl qemu-block-extra; do
+	cached_deb "$p" 1:10.0.2+ds-2+deb13u1~bpo12+1 >/dev/null
+done
 STOCK10_LIBS=(libaio1 libbpf1 libcapstone4 libfdt1 libfuse3-3 libgmp10 libgnutls30
 	libibverbs1 libjpeg62-turbo libnuma1 libpixman-1-0 libpmem1 libpng16-16
 	librdmacm1 libsasl2-2 libseccomp2 libslirp0 libudev1 liburing2

@@ -3,11 +3,12 @@
 """make bench: what free page hinting saves a live migration, and what it
 costs.
 
-  scripts/bench [--stack 10.0|7.2] [--quick] [--repeats N] [--cells SPEC] ...
+  scripts/bench [--stack 10.0] [--quick] [--repeats N] [--cells SPEC] ...
 
 A run measures one stack side by side with its stock pair: our QEMU and
 driver against Debian's QEMU of the same version with the in-tree driver of
-the same guest kernel (10.0 + Linux 6.12, the default; 7.2 + Linux 6.1).
+the same guest kernel (10.0 + Linux 6.12).  Our QEMU runs opted in to
+free-page-hint-keep-writes, as a fleet whose hosts all run it.
 
 The matrix is scenarios.py's; each run goes through engine.py (one
 harness.migrate_once() under a watchdog); report.py turns the runs into
@@ -15,6 +16,8 @@ statistics and Markdown tables, plot.py into plots.  Output in
 build/bench/STACK/ (DIR/STACK/ with --out DIR):
   results.json  every run, raw (incl. query-migrate, counters)
   table.md      Markdown tables (ratios to configuration b)
+  summary.json  per cell: medians and ranges, the targets; nothing that
+                names this machine's paths (fit to be kept with the docs)
   *.png         plots
 All timings are TCG timings.  Runs with --host-thp or --host-warm-memory
 are recorded as host-tuned and labelled so in the tables and plots.
@@ -68,6 +71,8 @@ def write_outputs(results):
     harness.save_json(RESULTS, results)
     with open(TABLE, "w") as f:
         f.write(report.make_table(results))
+    with open(os.path.join(OUT, "summary.json"), "w") as f:
+        f.write(report.summary_json(results))
     try:
         import plot  # pylint: disable=import-outside-toplevel
         return plot.plot(results, OUT)
@@ -83,8 +88,12 @@ def main():
                     help="the stack to measure against its stock pair "
                     f"(default {harness.DEFAULT_STACK})")
     ap.add_argument("--quick", action="store_true",
-                    help="1 GiB, configs a b d, fresh+stale(+bw), 1 repeat")
-    ap.add_argument("--repeats", type=int, default=None)
+                    help="1 GiB, configs a b d, fresh+stale(+bw), r on "
+                    "stale, r and d on recent, 1 repeat")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="repeats of every cell (default 3, and "
+                    f"{scenarios.COMPARE_REPEATS} for the comparison with "
+                    "free page reporting and multifd; 1 with --quick)")
     ap.add_argument("--cells", default=None,
                     help="CFGS:WORKLOADS:MEMS[:SMPS], e.g. "
                     "'b,d:stale:1024,2048' or 'a,b,d:churn-all:4096:2'")
@@ -140,6 +149,10 @@ def main():
     else:
         cells, mode = scenarios.full_matrix(), "full"
     repeats = a.repeats or (1 if a.quick else 3)
+    # the comparison with reporting and multifd: at least COMPARE_REPEATS
+    # unless --repeats or --quick says otherwise
+    compare = None if (a.repeats or a.quick) else scenarios.COMPARE_REPEATS
+    each = scenarios.repeats_of(cells, repeats, compare)
     tuned = []
     if a.host_thp:
         host.keep_thp(a.host_thp)
@@ -155,7 +168,7 @@ def main():
         log(f"WARNING: {harness.OUR_QEMU} has no "
             "free-page-hint-wait-ms property: not the patched QEMU")
     meta.update(stack=a.stack, guest_kernel=harness.guest_kver(),
-                mode=mode, repeats=repeats,
+                mode=mode, repeats=repeats, compare_repeats=compare,
                 started=time.strftime("%Y-%m-%d %H:%M:%S"),
                 command=" ".join([sys.executable] + sys.argv),
                 cells=[list(c) for c in cells], dst_args=list(dst_args),
@@ -168,8 +181,11 @@ def main():
             old = json.load(f)
         results["runs"] = old.get("runs", [])
         meta["previous"] = old.get("meta")
-    plan = scenarios.run_plan(cells, repeats)
-    log(f"{mode} matrix: {len(cells)} cells x {repeats} = {len(plan)} runs; "
+    plan = scenarios.run_plan(cells, each)
+    log(f"{mode} matrix: {len(cells)} cells x {repeats}"
+        + (f" ({compare} for the comparison with reporting and multifd)"
+           if compare and any(n != repeats for n in each.values()) else "")
+        + f" = {len(plan)} runs; "
         f"our QEMU {meta['our_qemu']} (patched={meta['our_qemu_patched']}); "
         "TCG timings" + (f"; HOST-TUNED: {meta['host_tuned']}"
                          if tuned else ""))
@@ -186,7 +202,7 @@ def main():
             break
         log(f"run {i + 1}/{len(plan)}: config {cell.config} workload "
             f"{cell.workload} {report._size(cell.mem_mib, cell.smp)} "
-            f"repeat {rep + 1}/{repeats} — {len(left) - 1} left after this, "
+            f"repeat {rep + 1}/{each[cell]} — {len(left) - 1} left after this, "
             f"ETA {eta / 60:.1f} min "
             f"(~{time.strftime('%H:%M', time.localtime(time.time() + eta))})")
         reported0 = host.reported_kib()
@@ -202,9 +218,16 @@ def main():
         results["runs"].append(res)
         fg = report.figures(res)
         log(f"  -> {'ok' if res.get('ok') else 'FAIL'} "
-            f"{res.get('status')} sent {fg.get('transferred_mb')} MB in "
-            f"{fg.get('total_ms')} ms, downtime {fg.get('downtime_ms')} ms"
+            f"{res.get('status')}"
+            + ("" if res.get("status") == "no migration" else
+               f" sent {fg.get('transferred_mb')} MB in "
+               f"{fg.get('total_ms')} ms, downtime {fg.get('downtime_ms')} "
+               "ms")
             + (f", hinted {fg['hinted_mb']} MB" if "hinted_mb" in fg else "")
+            + (f", settled in {fg['settle_s']} s" if "settle_s" in fg else "")
+            + (f", file {fg['file_mb']} MB, restored in "
+               f"{fg.get('restore_ms')} ms" if "file_mb" in fg else "")
+            + (f", rewrite {fg['reuse_ms']} ms" if "reuse_ms" in fg else "")
             + (f", guest CPU {fg['guest_cpu_ms']} ms, "
                f"{fg.get('guest_vcpu_pct')} % of a vCPU"
                if "guest_cpu_ms" in fg else "")
