@@ -1,13 +1,18 @@
 # SPDX-License-Identifier: GPL-2.0
 """The runner itself: a test that overruns its time limit gets TIMEOUT,
 counts as failed and loses every process it started; the closing line
-counts passes, failures and skips.  And the harness's gdb: its detach
-leaves no QEMU stopped."""
+counts passes, failures and skips.  SIGTERM to the runner stops the running
+test, kills what it started, runs its registered cleanups and still writes
+the results and closing lines; selecting no test fails; reference tests
+get their own verdict.  And the harness: its gdb's detach leaves no QEMU
+stopped, a QMP call to a QEMU that never answers times out."""
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from hb import harness
 from hb.testlib import TOP, tag, timeout, wait_for
@@ -67,6 +72,7 @@ def test_runner_times_out_and_kills_what_the_test_started():
         assert any("test_fixture.test_fails FAILED" in ln for ln in lines), \
             p.stdout
         assert lines[-1] == "1 passed, 2 failed, 1 skipped", lines[-1]
+        assert lines[-2] == "0 reference (recorded, not asserted)", lines[-2]
         with open(pidfile) as f:
             pid = int(f.read())
         assert not _alive(pid), f"the timed-out test's child {pid} survived"
@@ -94,3 +100,278 @@ def test_gdb_detach_continues_a_stopped_process():
     finally:
         p.kill()
         p.wait()
+
+
+def _runner(d, *args, env=None):
+    """tests/run.py on the test files in d, results in d/check.json, its
+    output in d/stdout and d/stderr."""
+    with open(os.path.join(d, "stdout"), "w") as out, \
+            open(os.path.join(d, "stderr"), "w") as err:
+        return subprocess.Popen([sys.executable,
+                                 os.path.join(TOP, "tests", "run.py"),
+                                 "--dir", d, "--results",
+                                 os.path.join(d, "check.json"), *args],
+                                stdout=out, stderr=err, env=env)
+
+
+def _finish(p, d, limit):
+    """Wait for the runner p to end (not for the end of its output: a
+    process that survived it may hold that open); (stdout, stderr)."""
+    try:
+        p.wait(timeout=limit)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with open(os.path.join(d, "stdout")) as out, \
+            open(os.path.join(d, "stderr")) as err:
+        return out.read(), err.read()
+
+
+STOP_FIXTURE = '''
+import subprocess
+import time
+from hb.testlib import cleanup
+
+
+def touch(path):
+    with open(path, "a") as f:
+        f.write("x\\n")
+
+
+def test_sleeps_forever():
+    inside = subprocess.Popen(["sleep", "1000"])
+    outside = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    cleanup(touch, {marker!r})
+    with open({pidfile!r}, "w") as f:
+        f.write(f"{{inside.pid}} {{outside.pid}}")
+    try:
+        time.sleep(1000)
+    finally:
+        touch({unwound!r})
+        time.sleep(1000)        # hangs: only SIGKILL ends it
+
+
+def test_not_run():
+    touch({notrun!r})
+'''
+
+
+@tag("runner")
+@timeout(120)
+def test_runner_sigterm_stops_the_test_and_cleans_up():
+    """SIGTERM to the runner mid-test: the test unwinds (its `finally`
+    runs) and, hanging there, is killed HB_GRACE_S later with the `sleep`
+    it started in its group and the one it started in a session of its
+    own; the runner calls the cleanup the test registered, runs no further
+    test, writes the partial results and the closing lines, and exits
+    128 + SIGTERM."""
+    d = tempfile.mkdtemp(prefix="hb-runner-")
+    paths = {k: os.path.join(d, k) for k in
+             ("marker", "pidfile", "unwound", "notrun")}
+    try:
+        with open(os.path.join(d, "test_fixture.py"), "w") as f:
+            f.write(STOP_FIXTURE.format(**paths))
+        p = _runner(d, env=dict(os.environ, HB_GRACE_S="2"))
+        try:
+            wait_for(lambda: os.path.exists(paths["pidfile"])
+                     and open(paths["pidfile"]).read(), 60,
+                     "the fixture test to start its sleeps")
+            pids = [int(x) for x in open(paths["pidfile"]).read().split()]
+            assert all(_alive(pid) for pid in pids), pids
+            t0 = time.time()
+            p.send_signal(signal.SIGTERM)
+        finally:
+            out, err = _finish(p, d, 60)
+        took = time.time() - t0
+        lines = out.strip().splitlines()
+        assert p.returncode == 128 + signal.SIGTERM, \
+            (p.returncode, out, err)
+        assert took < 30, f"the runner took {took:.0f} s to stop"
+        assert any("test_fixture.test_sleeps_forever INTERRUPTED" in ln
+                   for ln in lines), out
+        survivors = [pid for pid in pids if _alive(pid)]
+        for pid in survivors:
+            os.kill(pid, signal.SIGKILL)
+        assert not survivors, \
+            f"the test's children {pids} (in, out of its group): " \
+            f"{survivors} survived"
+        assert os.path.exists(paths["unwound"]), \
+            "the test's finally did not run"
+        assert os.path.exists(paths["marker"]), "the cleanup did not run"
+        with open(paths["marker"]) as f:
+            assert f.read() == "x\n", "the cleanup ran more than once"
+        assert not os.path.exists(paths["notrun"]), "a test ran after it"
+        assert lines[-2] == "0 reference (recorded, not asserted)", out
+        assert lines[-1] == "0 passed, 1 failed", out
+        with open(os.path.join(d, "check.json")) as f:
+            res = json.load(f)
+        assert res["stopped_by"] == "SIGTERM", res
+        assert res["not_run"] == ["test_fixture.test_not_run"], res
+        assert [r["verdict"] for r in res["results"]] == ["interrupted"], res
+    finally:
+        subprocess.call(["rm", "-rf", d])
+
+
+@tag("runner")
+@timeout(60)
+def test_runner_fails_when_no_test_is_selected():
+    """A --tag or -k that selects nothing (a typo in `make check TAG=`)
+    fails with a message, and writes no results."""
+    d = tempfile.mkdtemp(prefix="hb-runner-")
+    try:
+        with open(os.path.join(d, "test_fixture.py"), "w") as f:
+            f.write("from hb.testlib import tag\n\n\n@tag('real')\n"
+                    "def test_passes():\n    pass\n")
+        for args in (["--tag", "no-such-tag"], ["-k", "no_such_test"],
+                     ["--tag", "no-such-tag", "--list"]):
+            p = _runner(d, *args)
+            out, err = _finish(p, d, 50)
+            assert p.returncode == 2, (args, p.returncode, out, err)
+            assert "no test selected" in err and "real" in err, (args, err)
+        assert not os.path.exists(os.path.join(d, "check.json"))
+        p = _runner(d, "--tag", "real")
+        out, err = _finish(p, d, 50)
+        assert p.returncode == 0, (out, err)
+    finally:
+        subprocess.call(["rm", "-rf", d])
+
+
+VERDICT_FIXTURE = '''
+from hb.testlib import (CURRENT, cleanup, record_reference, reference,
+                        run_cleanup)
+
+
+def note(what):
+    with open({log!r}, "a") as f:
+        f.write(what + "\\n")
+
+
+def fail_to_restore():
+    raise OSError("cannot put the host back")
+
+
+@reference
+def test_ref_recorded():
+    CURRENT.add("stock_runs", 2)
+    CURRENT.add("stock_losses", 1)
+
+
+@reference
+def test_ref_harness_broke():
+    record_reference({{"error": "TypeError: unsupported operand",
+                       "workdir": None}}, "ref-broken")
+
+
+@reference
+def test_ref_recorded_nothing():
+    pass
+
+
+def test_cleanup_run_by_the_test_and_by_the_runner():
+    first = cleanup(note, "by-the-test")
+    cleanup(note, "by-the-runner")
+    run_cleanup(first)
+
+
+def test_cleanup_error_fails_a_passing_test():
+    cleanup(fail_to_restore)
+'''
+
+
+@tag("runner")
+@timeout(120)
+def test_reference_verdict_and_cleanups():
+    """A @reference test that recorded its runs gets REFERENCE, counted on
+    the line before the closing one and not as passed; one whose run broke
+    on our side (a harness exception in the record), or that recorded
+    nothing, fails.  A cleanup the test ran itself is not run again; the
+    runner runs the others; a cleanup that fails fails the test."""
+    d = tempfile.mkdtemp(prefix="hb-runner-")
+    log = os.path.join(d, "log")
+    try:
+        with open(os.path.join(d, "test_fixture.py"), "w") as f:
+            f.write(VERDICT_FIXTURE.format(log=log))
+        p = _runner(d)
+        out, err = _finish(p, d, 100)
+        lines = out.strip().splitlines()
+        verdicts = {ln.split()[1].split(".")[1]: ln.split()[2]
+                    for ln in lines if ln.startswith("[")
+                    and not ln.endswith("...")}
+        assert verdicts == {
+            "test_ref_recorded": "REFERENCE",
+            "test_ref_harness_broke": "FAILED",
+            "test_ref_recorded_nothing": "FAILED",
+            "test_cleanup_run_by_the_test_and_by_the_runner": "PASSED",
+            "test_cleanup_error_fails_a_passing_test": "FAILED"}, out
+        assert "1 of 2 stock runs not ok" in out, out
+        assert "broke on our side" in out and "TypeError" in out, out
+        assert "recorded no reference run" in out, out
+        assert "cleanup failed: fail_to_restore: OSError" in out, out
+        with open(log) as f:
+            assert f.read() == "by-the-test\nby-the-runner\n"
+        assert lines[-2] == "1 reference (recorded, not asserted)", out
+        assert lines[-1] == "1 passed, 3 failed", out
+        assert p.returncode == 1, (p.returncode, out, err)
+    finally:
+        subprocess.call(["rm", "-rf", d])
+
+
+# A QEMU that greets on its QMP socket, accepts qmp_capabilities and then
+# never answers again: a hung QEMU as QEMUMachine sees it.
+FAKE_QEMU = '''#!/usr/bin/env python3
+import json
+import re
+import socket
+import sys
+import time
+
+fd = int(re.search(r"id=mon,fd=(\\d+)", " ".join(sys.argv)).group(1))
+s = socket.socket(fileno=fd)
+s.sendall(json.dumps({"QMP": {"version": {"qemu": {
+    "major": 10, "minor": 0, "micro": 0}, "package": ""},
+    "capabilities": []}}).encode() + b"\\r\\n")
+buf = b""
+while True:                     # qmp_capabilities (no newline after it)
+    buf += s.recv(4096)
+    try:
+        req = json.loads(buf)
+        break
+    except ValueError:
+        pass
+rsp = {"return": {}}
+if "id" in req:
+    rsp["id"] = req["id"]
+s.sendall(json.dumps(rsp).encode() + b"\\r\\n")
+time.sleep(1000)
+'''
+
+
+@tag("runner")
+@timeout(60)
+def test_qmp_call_to_a_hung_qemu_times_out():
+    """VM.qmp on a QEMU that never answers raises TimeoutError after
+    qmp_timeout seconds, or harness.QMP_TIMEOUT_S by default."""
+    d = tempfile.mkdtemp(prefix="hb-qmp-")
+    fake = os.path.join(d, "fake-qemu")
+    with open(fake, "w") as f:
+        f.write(FAKE_QEMU)
+    os.chmod(fake, 0o755)
+    vm = harness.VM(d, "hung", fake, 64, "intree", False, kernel="/dev/null",
+                    initrd="/dev/null", machine="pc")
+    try:
+        vm.launch()
+        harness.QMP_TIMEOUT_S = 2           # this test's process only
+        for kw, limit in (({"qmp_timeout": 1}, 1), ({}, 2)):
+            t0 = time.time()
+            try:
+                vm.qmp("query-status", **kw)
+            except TimeoutError:
+                pass
+            else:
+                raise AssertionError("the fake QEMU answered")
+            took = time.time() - t0
+            assert limit <= took < limit + 10, (kw, took)
+    finally:
+        vm.kill()
+        subprocess.call(["rm", "-rf", d])

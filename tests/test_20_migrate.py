@@ -6,11 +6,13 @@ asserted: these runs neither skip nor fail on what stock does.  A run
 fails only if the harness reached no verdict at all.  Tagged `long` (make
 long)."""
 from hb import harness
-from hb.testlib import CURRENT, migrate, record_reference, tag, timeout
+from hb.testlib import (CURRENT, migrate, record_reference, reference, tag,
+                        timeout)
 
 RUNS = 8
 
 
+@reference
 @tag("migrate", "long", "reference")
 @timeout(4 * 3600)
 def test_stock_reference_runs():

@@ -2,21 +2,28 @@
 """The detectors fail a run when they should.  Each test damages one thing
 on purpose in a hinted migration of our stack and expects the verdict to
 say so: one flipped byte of the kept data on the destination (data check
-and the ticker), a kernel error line on the source's console and on the
-destination's (console scans), a real kernel crash of the destination, a
-migration without hinting or in the other mode (hinting check), a guest
-whose setup failed (boot check), a QEMU that aborts during boot (only the
-stock reference is launched again, and counted).  The QEMU stderr scan is
-shown to fire in test_71 (a command id the device rejects)."""
+and the ticker), a zeroed word in the hold region and in the churn
+buffers (data check), a kernel error line on the source's console alone
+and on the destination's (console scans), an error line in the source
+QEMU's stderr (stderr scan), a real kernel crash of the destination, a
+migration without hinting, in the other mode, or whose hints covered too
+little or sent too much (hinting check, the last two on doctored copies of
+a real record), a hook's failed assert (propagates), a workload whose
+setup failed (setup check), a guest whose setup failed (boot check), a
+QEMU that aborts during boot (only the stock reference is launched again,
+and counted).  test_71 shows the stderr scan on a device error too (a
+command id the device rejects)."""
+import copy
 import os
 import signal
 import subprocess
 
 from hb import harness
 from hb.harness import Scenario
-from hb.rigs import tmpdir
-from hb.testlib import (assert_hinted, assert_intact, drop_workdir, migrate,
-                        need_ours, our_qemu, tag)
+from hb.rigs import BootedGuest, tmpdir
+from hb.testlib import (FLOOR_FACTOR, HINT_COVERAGE, assert_hinted,
+                        assert_intact, drop_workdir, hint_figures, migrate,
+                        need_ours, our_qemu, record_reference, tag)
 
 MEM = 512
 KEEP = "/data/keep"
@@ -41,6 +48,40 @@ def _fails_intact(res, what):
 def _kmsg(vm, text):
     """Make the guest kernel print `text` on its console at level err."""
     vm.guest.run(f"echo '<3>{text}' > /dev/kmsg")
+
+
+def _fails(check, what, *args):
+    """check(*args) must raise AssertionError; returns its message."""
+    try:
+        check(*args)
+    except AssertionError as exc:
+        print(f"    {check.__name__} failed as it should ({what}): "
+              f"{str(exc)[:300]}")
+        return str(exc)
+    raise AssertionError(f"{check.__name__} passed a run with {what}")
+
+
+def _zero_words(vm, verb, quarters=(2,)):
+    """Damage the data of the running `hbwork VERB` process (the hold
+    daemon's region, the churn ring): zero one 8-byte word (hbwork's data
+    never has one) at each of `quarters` quarters of its largest anonymous
+    mapping, through /proc/PID/mem, the process stopped meanwhile."""
+    pid = f"$({harness.HBWORK_PIDS.format(verb=verb)} | head -1)"
+    _, out = vm.guest.run(
+        f"p={pid}; kill -STOP $p; best=0; size=0; "
+        "while read r perm off dev inode path; do "
+        '[ "$perm" = rw-p ] && [ -z "$path" ] || continue; '
+        "s=$((0x${r%-*})); e=$((0x${r#*-})); "
+        "[ $((e - s)) -gt $size ] && { size=$((e - s)); best=$s; }; "
+        "done < /proc/$p/maps; "
+        f"for q in {' '.join(map(str, quarters))}; do "
+        "at=$(((best + size * q / 4 + 4096 * 3 + 64) / 8)); "
+        "dd if=/dev/zero of=/proc/$p/mem bs=8 count=1 seek=$at "
+        "conv=notrunc 2>/dev/null && echo ZEROED pid=$p word=$at "
+        "mapping=$size; done; kill -CONT $p")
+    zeroed = [x for x in out if x.startswith("ZEROED")]
+    assert len(zeroed) == len(quarters), f"not every word zeroed: {out}"
+    return zeroed
 
 
 @tag("migrate", "detector")
@@ -101,6 +142,30 @@ def test_detector_kernel_error_on_destination_console():
         assert "not 'alloc'" in str(exc), exc
     else:
         raise AssertionError("assert_hinted took a scan round for alloc")
+
+
+@tag("migrate", "detector")
+def test_detector_hints_that_cover_too_little_or_send_too_much():
+    """A clean hinted migration passes assert_hinted(); copies of its
+    record doctored to what a weak hinter would give fail it: cleared
+    pages cut to half the stale data the scenario freed (coverage check),
+    bytes sent raised to twice the floor (floor check)."""
+    res = _run("detector-hint-figures")
+    assert_intact(res, "clean run")
+    assert_hinted(res, "scan", "clean run")
+    f = hint_figures(res)
+    assert f["stale_mib"] > 0 and f["floor_mib"] > 0, f
+    low = copy.deepcopy(res)
+    low["device_src"]["cleared-pages"] = f["stale_mib"] * 256 // 2
+    msg = _fails(assert_hinted, "hints that covered half the stale data",
+                 low, "scan", "doctored")
+    assert "covered too little stale data" in msg, msg
+    assert f"less than {HINT_COVERAGE:.0%}" in msg, msg
+    big = copy.deepcopy(res)
+    big["transferred_mb"] = round(2 * f["floor_mib"] * 2**20 / 1e6, 1)
+    msg = _fails(assert_hinted, "twice the floor sent", big, "scan",
+                 "doctored")
+    assert f"more than {FLOOR_FACTOR}x its floor" in msg, msg
 
 
 @tag("migrate", "detector")
@@ -204,3 +269,157 @@ def test_detector_destination_kernel_crash():
     assert not res["ok"]
     assert res["kernel_errors"], "detector saw no kernel error"
     _fails_intact(res, "a crashed destination")
+
+
+@tag("migrate", "detector")
+def test_detector_damaged_hold_region_is_damage():
+    """One zeroed word in the hold daemon's region on the destination
+    (before verification): its SIGUSR1 check reports one bad page, the
+    verdict is "damaged"."""
+    def destination(vm, res):
+        res["zeroed"] = _zero_words(vm, "hold")
+
+    res = _run("detector-hold", on_destination=destination)
+    print(f"    {res['zeroed']}")
+    hold = res["verify"]["hold"]
+    assert hold and hold.get("ok") == 0 and hold.get("bad_pages") == 1, hold
+    assert res["data_intact"] is False, res["verify"]
+    msg = _fails(assert_intact, "a damaged hold region", res)
+    assert "guest data not intact" in msg, msg
+    drop_workdir(res)
+
+
+@tag("migrate", "detector")
+def test_detector_damaged_churn_buffers_are_damage():
+    """Zeroed words in the churn ring on the destination (three buffers:
+    the one churn may be rewriting at that moment can only hide one):
+    churn's own check reports bad pages, the verdict is "damaged"."""
+    def destination(vm, res):
+        res["zeroed"] = _zero_words(vm, "churn", (1, 2, 3))
+
+    need_ours()
+    res = migrate("detector-churn", src_bin=our_qemu(), balloon="ours",
+                  hint=True, scenario=Scenario("churn", mem_mib=MEM),
+                  on_destination=destination)
+    print(f"    {res['zeroed']}")
+    churn = res["verify"]["churn"]
+    assert churn and churn.get("ok") == 0 and churn.get("bad_pages", 0) >= 1, \
+        churn
+    assert res["verify"].get("churn_bad_pages"), res["verify"]
+    assert res["data_intact"] is False, res["verify"]
+    msg = _fails(assert_intact, "damaged churn buffers", res)
+    assert "guest data not intact" in msg, msg
+    drop_workdir(res)
+
+
+@tag("migrate", "detector")
+def test_detector_kernel_error_on_the_source_console_alone():
+    """A kernel error line on the source console only: printed before the
+    migration, then taken out of the kernel's log buffer (dmesg -c), so
+    that neither the destination's console nor its dmesg has it.  The data
+    is intact, the destination clean, and the run still fails."""
+    line = "BUG: detector self-test line on the source console only"
+
+    def source(vm, _res):
+        vm.guest.run(f"echo '<3>{line}' > /dev/kmsg; dmesg -c > /dev/null")
+        vm.wait_console(line, 30)
+
+    res = _run("detector-src-bug", on_source_ready=source)
+    assert res["status"] == "completed", res.get("error")
+    assert res["data_intact"] is True, res.get("verify")
+    assert not res["kernel_errors"], res["kernel_errors"]
+    assert any(line in ln for ln in res["src_console_errors"]), \
+        res["src_console_errors"]
+    assert res["ok"] is False
+    msg = _fails(assert_intact, "a kernel error on the source console", res)
+    assert "source kernel errors" in msg, msg
+    drop_workdir(res)
+
+
+@tag("migrate", "detector")
+def test_detector_qemu_stderr_error_fails_the_run():
+    """The source QEMU prints an error on stderr during the run (a first
+    migration to a socket nobody listens on fails: error_report() "Failed
+    to connect"); the real migration then completes with the data intact,
+    and the run fails on the stderr line."""
+    def broken_first_try(src, _dst, res):
+        src.qmp("migrate", uri="unix:/nonexistent/hb-detector.sock")
+        info = harness.wait_migration(src, 60)
+        assert info.get("status") == "failed", info
+        res["first_try"] = info
+
+    res = _run("detector-stderr", before_migrate=broken_first_try)
+    assert res["status"] == "completed", res.get("error")
+    assert res["data_intact"] is True, res.get("verify")
+    errs = res["qemu_errors"]["src"]
+    assert any("Failed to connect" in ln for ln in errs), res["qemu_errors"]
+    assert not res["qemu_errors"]["dst"], res["qemu_errors"]
+    assert res["ok"] is False
+    msg = _fails(assert_intact, "an error in the source QEMU's stderr", res)
+    assert "QEMU stderr reports errors" in msg, msg
+    drop_workdir(res)
+
+
+@tag("migrate", "detector")
+def test_detector_hook_assertion_fails_the_test():
+    """A hook's failed assert reaches the test (migrate_once does not turn
+    it into a record the test might not look at), once every VM has
+    ended; the record rides on the exception."""
+    text = "detector self-test: a hook's own check failed"
+
+    def source(_vm, _res):
+        assert False, text
+
+    try:
+        _run("detector-hook", on_source_ready=source)
+    except AssertionError as exc:
+        assert text in str(exc), exc
+        res = exc.res
+        print(f"    the hook's AssertionError propagated: {exc}; record "
+              f"error: {res.get('error')}")
+    else:
+        raise AssertionError("migrate_once kept a hook's AssertionError "
+                             "in its record")
+    assert not harness.live_vms(), harness.live_vms()
+    assert res["error"].startswith("AssertionError: " + text), res["error"]
+    drop_workdir(res)
+
+
+@tag("boot", "detector")
+def test_detector_failed_workload_setup_fails_the_run():
+    """prepare_guest() checks every step of the workload's setup: the
+    stale fill that cannot write its file (/data/stale is a directory)
+    and the kept file that cannot be written either raise SetupError.
+    Through migrate_once(), a fill that fails (an argument hbwork rejects)
+    ends the run before the migration: assert_intact() fails on it, and
+    record_reference() does not count it as stock's doing."""
+    need_ours()
+    with BootedGuest("hbsetup", our_qemu(), 256, "ours", True) as vm:
+        # (what, the path made a directory, workload, the failing verb)
+        for what, path, workload, verb in (
+                ("stale fill", "/data/stale", "stale", "stale"),
+                ("kept file", "/data/keep", "fresh", "keep")):
+            vm.guest.run(f"mkdir {path}")
+            try:
+                harness.prepare_guest(vm, Scenario(workload, mem_mib=256),
+                                      {})
+            except harness.SetupError as exc:
+                assert f"workload setup failed: 'hbwork {verb} {path}" \
+                    in str(exc), exc
+                print(f"    {what}: prepare_guest failed as it should: "
+                      f"{exc}")
+            else:
+                raise AssertionError(f"prepare_guest went on after a {what}"
+                                     " that failed")
+            vm.guest.run(f"rmdir {path}")
+    res = migrate("detector-setup", src_bin=our_qemu(), balloon="ours",
+                  hint=True, scenario=Scenario("stale", mem_mib=256,
+                                               seed="bad"))
+    assert res["error"].startswith("SetupError: workload setup failed"), \
+        res.get("error")
+    assert "migration" not in res, "the run migrated after a failed setup"
+    msg = _fails(assert_intact, "a failed workload setup", res)
+    assert "SetupError" in msg, msg
+    msg = _fails(record_reference, "a failed workload setup", res, "setup")
+    assert "broke on our side" in msg, msg
+    drop_workdir(res)

@@ -288,6 +288,48 @@ def test_done_frees_chains_the_device_returns_late():
         final_migration(rig, "after a late give-back")
 
 
+@tag("reliability", "faults", "sanitize", "each_stack")
+def test_alloc_round_caps_what_it_keeps_in_flight():
+    """A device that does not use the buffers (its bottom half held by
+    gdb): an alloc round keeps at most alloc_max_inflight_kb (here 16 MiB,
+    four 4 MiB blocks) in flight, waits for the device (inflight_waits),
+    and ends after 2 s without a buffer back (rounds_timed_out); nothing
+    else is taken.  Once the gate opens and DONE comes, every block goes
+    back, and a full migration hints and keeps the data."""
+    need_ours()
+    cap_kb = 16 << 10
+    with Rig("inflightcap", balloon_args=HELD +
+             f" hint_alloc_max_inflight_kb={cap_kb}") as rig:
+        rig.boot()
+        before = rig.meminfo()
+        gate = IothreadGate(rig.vm, rig.dir)
+        try:
+            gate.close_gate()
+            s0 = rig.stats()
+            assert s0["alloc_max_inflight_kb"] == cap_kb, s0
+            rig.start_migration(bw=THROTTLE)
+            deadline = time.time() + 90
+            while True:
+                s = rig.stats()
+                if s.get("rounds_timed_out", 0) > s0["rounds_timed_out"]:
+                    break
+                assert time.time() < deadline, f"the round did not end: {s}"
+                time.sleep(0.5)
+            parts = held_parts(s)
+            print(f"    device stalled: held_pages={s['held_pages']} "
+                  f"inflight_waits={s['inflight_waits']}", flush=True)
+            assert 0 < parts["inflight"] <= cap_kb >> 2, s
+            assert parts["acked"] == 0, s
+            assert s["inflight_waits"] > s0["inflight_waits"], s
+            rig.cancel()                  # CLEANUP: DONE to the guest
+            gate.open_gate()
+            rig.wait_memory_back(before, 60)
+        finally:
+            gate.stop()
+        CURRENT.add("faults")
+        final_migration(rig, "after a stalled device")
+
+
 # Legacy virtio-pci: the driver writes GUEST_FEATURES (BAR0 + 4) and may
 # rewrite it at any time (it never sets FEATURES_OK).  A 1-byte write there
 # sets the device's guest features to that byte.
@@ -333,8 +375,9 @@ def test_round_ends_after_a_legacy_driver_drops_the_feature():
 
 @tag("reliability", "faults", "sanitize", "each_stack")
 def test_postcopy_with_hinting():
-    """postcopy-ram on both sides (stock 7.2 turns hinting off then): the
-    round runs in the precopy phase, migrate-start-postcopy switches over
+    """postcopy-ram on both sides, hinting opted in for it
+    (free-page-hint-postcopy=on; off by default, as stock turns hinting
+    off with postcopy-ram): the round runs in the precopy phase, migrate-start-postcopy switches over
     while most of RAM is unsent, and the destination runs (the ticker
     re-reads its data every 2 s) while the rest arrives.  Hinted pages are
     not sent, nothing stays held, data intact, no kernel error."""
@@ -343,6 +386,7 @@ def test_postcopy_with_hinting():
     for driver, args in (("ours", ""), ("intree", "")):
         res = migrate(f"postcopy-{driver}", src_bin=our_qemu(),
                       balloon=driver, hint=True, balloon_args=args,
+                      device_props="free-page-hint-postcopy=on",
                       scenario=Scenario("stale", mem_mib=MEM,
                                         postcopy_after_s=3))
         assert_intact(res, f"postcopy, {driver} driver")

@@ -11,10 +11,11 @@ may happen, and which guest ABI each machine type gets.
   ram_first_pass_done, ram_hinted_resend_done and
   migration_thread_low_pending (the switch-over decision).  No timing
   assertion.
-- VIRTIO_BALLOON_F_HINT_KEEP_WRITES (bit 16): offered with free-page-hint on
-  the current machine type, not on the previous one (hw_compat), never
-  without free-page-hint; a guest on the previous machine type migrates
-  from our QEMU to stock QEMU with hinting and keeps its data.
+- VIRTIO_BALLOON_F_HINT_KEEP_WRITES (bit 16): off by default on every
+  machine type, offered only when the operator opts in
+  (free-page-hint-keep-writes=on) and never without free-page-hint.  The
+  migrations of opted-in and default guests between our QEMU and stock's
+  are in test_81_fleet.py.
 
 Every migration verifies the guest's data on the destination and fails on
 any kernel error on its console."""
@@ -27,7 +28,6 @@ from hb.harness import BUILD, Scenario
 from hb.testlib import assert_hinted, assert_intact, migrate, need_ours, our_qemu, tag
 
 KEEP_WRITES_BIT = 16
-FREE_PAGE_HINT_BIT = 3
 
 # Live data the switch-over test keeps in the guest (MiB): large enough
 # that sending it with the guest stopped is plain in downtime-bytes, which
@@ -110,11 +110,15 @@ def test_switchover_waits_for_the_hinted_first_pass():
     subprocess.call(["rm", "-rf", res["workdir"]])
 
 
-def _offered(binary, workdir, name, machine=None, props=""):
+def _offered(binary, workdir, name, machine=None, props="",
+             keep_writes=False):
     """The balloon's offered (host) device features, as
-    x-query-virtio-status reports them: (names, undecoded bitmap)."""
+    x-query-virtio-status reports them: (names, undecoded bitmap, the
+    free-page-hint-keep-writes property).  keep_writes=False: the device
+    default."""
     vm = harness.VM(workdir, name, binary, mem_mib=256, balloon="intree",
-                    hint=True, device_props=props, machine=machine)
+                    hint=True, device_props=props, machine=machine,
+                    keep_writes=keep_writes)
     vm.launch()
     try:
         st = vm.qmp("x-query-virtio-status",
@@ -133,50 +137,35 @@ def _has_keep_writes(names, unknown):
                 for n in names) or bool(unknown >> KEEP_WRITES_BIT & 1))
 
 
+def _pc_machines(binary):
+    """Every versioned i440FX and Q35 machine type the binary has."""
+    out = subprocess.run([binary, "-machine", "help"], text=True,
+                         capture_output=True, check=True).stdout
+    return re.findall(r"^(pc-(?:i440fx|q35)-[0-9.]+)\s", out, re.M)
+
+
 @tag("compat", "keep_writes", "each_stack")
-def test_keep_writes_offered_by_machine_type():
-    """Bit 16 is offered with free-page-hint on the current machine type,
-    and neither on the previous one nor without free-page-hint."""
+def test_keep_writes_is_opt_in_on_every_machine_type():
+    """Bit 16 is not offered by default on any machine type, is offered
+    with free-page-hint-keep-writes=on, and never without free-page-hint.
+    The check sees the bit when it is offered."""
     binary = our_qemu()
-    old = harness.STACKS[harness.STACK]["old_machine"]
     workdir = os.path.join(BUILD, "tmp", f"kw-{harness.STACK}-{os.getpid()}")
     os.makedirs(workdir, exist_ok=True)
-    names, unk, prop = _offered(binary, workdir, "cur")
+    machines = _pc_machines(binary)
+    assert len(machines) > 10, machines
+    for m in machines:
+        names, unk, prop = _offered(binary, workdir, "def", machine=m)
+        assert not _has_keep_writes(names, unk) and prop is False, \
+            f"KEEP_WRITES offered by default on {m}: {names} {unk:#x}"
+        assert any(n.startswith("VIRTIO_BALLOON_F_FREE_PAGE_HINT")
+                   for n in names), (m, names)
+    print(f"    {len(machines)} machine types: not offered by default")
+    names, unk, prop = _offered(binary, workdir, "optin", keep_writes=True)
     assert _has_keep_writes(names, unk) and prop is True, \
-        f"KEEP_WRITES not offered by default: {names} {unk:#x}"
-    assert any(n.startswith("VIRTIO_BALLOON_F_FREE_PAGE_HINT")
-               for n in names), names
-    names, unk, prop = _offered(binary, workdir, "old", machine=old)
-    assert not _has_keep_writes(names, unk) and prop is False, \
-        f"KEEP_WRITES offered on {old}: {names} {unk:#x}"
-    names, unk, _ = _offered(binary, workdir, "nohint",
+        f"KEEP_WRITES not offered when opted in: {names} {unk:#x}"
+    names, unk, _ = _offered(binary, workdir, "nohint", keep_writes=True,
                              props="free-page-hint=off")
     assert not _has_keep_writes(names, unk), \
         f"KEEP_WRITES offered without free-page-hint: {names}"
     subprocess.call(["rm", "-rf", workdir])
-
-
-@tag("compat", "keep_writes", "each_stack")
-def test_keep_writes_old_machine_migrates_to_stock():
-    """Our driver on the previous machine type negotiates no KEEP_WRITES
-    (so it hints in alloc mode), and the guest migrates from our QEMU to
-    the stock QEMU of the same stack with hinting on, keeping its data."""
-    need_ours()
-    old = harness.STACKS[harness.STACK]["old_machine"]
-    seen = {}
-
-    def negotiated(vm, _res):
-        seen["features"] = harness.balloon_features(vm)
-
-    res = migrate(f"keep-writes-{harness.STACK}-old-machine-to-stock",
-                  src_bin=our_qemu(), dst_bin=harness.STOCK_QEMU,
-                  balloon="ours", hint=True,
-                  scenario=Scenario("stale", mem_mib=512),
-                  on_source_ready=negotiated, machine=old)
-    f = seen.get("features", "")
-    assert len(f) > FREE_PAGE_HINT_BIT and f[FREE_PAGE_HINT_BIT] == "1", \
-        f"FREE_PAGE_HINT not negotiated: features={f!r}"
-    assert len(f) <= KEEP_WRITES_BIT or f[KEEP_WRITES_BIT] == "0", \
-        f"KEEP_WRITES negotiated on {old}: {f!r}"
-    assert_intact(res, f"ours {harness.STACK} ({old}) -> stock")
-    assert_hinted(res, "alloc", f"ours {harness.STACK} ({old}) -> stock")

@@ -26,18 +26,9 @@ def test_qemu_qtests_virtio_balloon_subset():
     _run("--base 10.0 --quick", 3 * 3600 - 60)
 
 
-@tag("reliability", "qtest")
-@timeout(3 * 3600)
-def test_qemu_qtests_virtio_balloon_subset_7_2():
-    """The same on our QEMU 7.2."""
-    _run("--base 7.2 --quick", 3 * 3600 - 60)
-
-
 @tag("qtest", "long")
 @timeout(5 * 3600)
 def test_qemu_qtests_full_migration_test():
     """The quick set plus the whole migration-test, and the same against
-    the unpatched Debian build as the baseline, on both bases: all must
-    pass."""
+    the unpatched Debian build as the baseline: all must pass."""
     _run("--base 10.0 --full --baseline", 5 * 3600 - 60)
-    _run("--base 7.2 --full --baseline", 5 * 3600 - 60)

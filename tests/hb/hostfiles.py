@@ -2,7 +2,8 @@
 """Leave the host as a test found it: files a test installs outside the
 tree (a module in /lib/modules/$kver/updates, a DKMS source tree in
 /usr/src, DKMS's build tree) are removed, or put back as they were, when
-the test ends, whatever its outcome."""
+the test ends, whatever its outcome: also when it is killed or the runner
+is interrupted (a registered cleanup, testlib.cleanup)."""
 import contextlib
 import glob
 import os
@@ -36,15 +37,45 @@ def dkms_paths():
                          "/var/lib/dkms/virtio_balloon"]))
 
 
+def _restore(paths, save, saved, parents, existed, depmod_kver):
+    """Put `paths` back as restored() found them: remove each, copy the
+    saved ones back from `save`, remove parents that were created, run
+    depmod, then drop `save`.  Does nothing once `save` is gone, so that
+    it can run twice (the test's own `finally`, then the runner's
+    registered cleanup after a kill in between)."""
+    if not os.path.isdir(save):
+        return
+    for p in paths:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.lexists(p):
+            os.unlink(p)
+    for p, dst in saved.items():
+        if os.path.isdir(dst):
+            shutil.copytree(dst, p, symlinks=True)
+        else:
+            shutil.copy2(dst, p, follow_symlinks=False)
+    for d in sorted(set(parents) - set(existed), key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            os.removedirs(d)
+    if depmod_kver:
+        subprocess.call(["depmod", "-a", depmod_kver])
+    shutil.rmtree(save, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def restored(paths, depmod_kver=None):
     """Save what exists of `paths` (files or directories); afterwards
     remove every one of them and put the saved ones back, then remove
-    directories that were created empty and run depmod for depmod_kver."""
+    directories that were created empty and run depmod for depmod_kver.
+    The restore is a registered cleanup (testlib.cleanup): the runner
+    does it if the test is killed or interrupted before its end."""
+    from . import testlib  # pylint: disable=import-outside-toplevel
     save = tempfile.mkdtemp(prefix="hb-hostfiles-")
     saved = {}
-    parents = {os.path.dirname(p) for p in paths}
-    existed = {d for d in parents if os.path.isdir(d)}
+    parents = sorted({os.path.dirname(p) for p in paths})
+    existed = [d for d in parents if os.path.isdir(d)]
+    handle = None
     try:
         for i, p in enumerate(paths):
             if os.path.lexists(p):
@@ -54,24 +85,14 @@ def restored(paths, depmod_kver=None):
                 else:
                     shutil.copy2(p, dst, follow_symlinks=False)
                 saved[p] = dst
+        handle = testlib.cleanup(_restore, list(paths), save, saved, parents,
+                                 existed, depmod_kver)
         yield
     finally:
-        for p in paths:
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            elif os.path.lexists(p):
-                os.unlink(p)
-        for p, dst in saved.items():
-            if os.path.isdir(dst):
-                shutil.copytree(dst, p, symlinks=True)
-            else:
-                shutil.copy2(dst, p, follow_symlinks=False)
-        for d in sorted(parents - existed, key=len, reverse=True):
-            with contextlib.suppress(OSError):
-                os.removedirs(d)
-        shutil.rmtree(save, ignore_errors=True)
-        if depmod_kver:
-            subprocess.call(["depmod", "-a", depmod_kver])
+        if handle is None:      # nothing changed yet: only the copies
+            shutil.rmtree(save, ignore_errors=True)
+        else:
+            testlib.run_cleanup(handle)
 
 
 def installed_module(kver):

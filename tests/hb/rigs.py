@@ -50,14 +50,16 @@ class Rig:
 
     def __init__(self, label, balloon="ours", mem_mib=MEM, hint=True,
                  balloon_args="", device_props="", binary=None,
-                 workload="stale", ticker=True):
+                 workload="stale", ticker=True, keep_writes=None,
+                 defaults=False):
         self.label = label
         self.binary = binary or our_qemu()
         self.dir = tmpdir(label)
         self.balloon = balloon
         self.common = dict(mem_mib=mem_mib, balloon=balloon, hint=hint,
                            balloon_args=balloon_args,
-                           device_props=device_props)
+                           device_props=device_props,
+                           keep_writes=keep_writes, defaults=defaults)
         self.sc = Scenario(workload, mem_mib=mem_mib, settle=0.5,
                            ticker=ticker)
         self.res = {}
@@ -127,11 +129,12 @@ class Rig:
         return False
 
     # -- migration -------------------------------------------------------
-    def start_migration(self, bw=FAST, binary=None, **over):
+    def start_migration(self, bw=FAST, binary=None, extra_caps=(), **over):
         dst = self.new_vm(binary, incoming=True, **over)
         dst.launch()
         self.counters0 = device_counters(self.vm) or {}
-        harness.start_migration(self.vm, dst, bw, harness.DOWNTIME_LIMIT_MS)
+        harness.start_migration(self.vm, dst, bw, harness.DOWNTIME_LIMIT_MS,
+                                extra_caps=extra_caps)
         CURRENT.add("migrations")
         self.dst = dst
         return dst

@@ -1,9 +1,16 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Small helpers shared by the test files: tags, skips, facts, migrations."""
+"""Small helpers shared by the test files: tags, skips, facts, migrations,
+cleanups of the host."""
+import atexit
+import itertools
 import json
 import os
+import pickle
+import re
+import struct
 import subprocess
 import time
+import traceback
 
 from . import harness
 from .harness import (BUILD, TOP, drop_workdir,  # noqa: F401  (re-exported)
@@ -17,11 +24,30 @@ class Skip(Exception):
     build or product failure); says what."""
 
 
+class Interrupted(BaseException):
+    """The runner stopped the test (it was interrupted, or the test overran
+    its time limit): raised in the test by the runner's SIGTERM, so that
+    its `finally` blocks run; a BaseException, which `except Exception`
+    does not swallow."""
+
+
 def tag(*tags):
     def deco(f):
-        f.tags = tuple(tags)
+        f.tags = tuple(dict.fromkeys(tuple(tags) + getattr(f, "tags", ())))
         return f
     return deco
+
+
+def reference(f):
+    """A test that only records stock parts' reference measurements
+    (record_reference): its verdict is REFERENCE, not PASSED, and the
+    runner counts it apart.  It still fails on any exception (the harness,
+    the test or our build breaking: record_reference raises on a run that
+    broke on our side) and when it recorded no reference run at all.
+    Adds the tag `reference`."""
+    f.reference = True
+    f.tags = tuple(dict.fromkeys(getattr(f, "tags", ()) + ("reference",)))
+    return f
 
 
 def timeout(seconds):
@@ -52,14 +78,109 @@ class _Current:
 CURRENT = _Current()
 
 
+# Cleanups: what a test changes on the host (files outside the tree, a
+# module in /lib/modules, depmod's tables, a temporary folder) it undoes
+# through a registered cleanup, which runs even when the test does not get
+# to its own `finally` (killed after its time limit, or the runner
+# interrupted by SIGTERM or Ctrl-C).
+_CLEANUP_FD = None      # where the runner reads this test's registrations
+_CLEANUPS = {}          # handle -> pickled (fn, args, kwargs), not run yet
+_HANDLES = itertools.count(1)
+
+
+def cleanup(fn, *args, **kwargs):
+    """Register fn(*args, **kwargs), which undoes a change the test made to
+    the host; returns a handle for run_cleanup().  The runner calls every
+    cleanup the test did not run itself, newest first, once the test and
+    everything it started have ended, whatever the outcome (passed,
+    failed, TIMEOUT, runner interrupted); an error in one fails the test.
+    fn must be a module-level function and the arguments picklable (they
+    are pickled here: TypeError or pickle.PicklingError otherwise), and
+    calling it twice must be harmless: a test killed while running it gets
+    it run again.  Outside the runner, pending cleanups run at exit."""
+    blob = pickle.dumps((fn, args, kwargs))
+    handle = next(_HANDLES)
+    _CLEANUPS[handle] = blob
+    _note(("add", handle, blob))
+    return handle
+
+
+def run_cleanup(handle):
+    """Run a registered cleanup now (a `finally` of the test, to undo its
+    change before the test goes on); once it returned, the runner does not
+    call it again.  If it raises, it stays registered."""
+    blob = _CLEANUPS.get(handle)
+    if blob is None:
+        return
+    fn, args, kwargs = pickle.loads(blob)
+    fn(*args, **kwargs)
+    del _CLEANUPS[handle]
+    _note(("done", handle))
+
+
+def record_cleanups_to(fd):
+    """The runner: have this (test) process note its cleanups in fd."""
+    global _CLEANUP_FD  # pylint: disable=global-statement
+    _CLEANUP_FD = fd
+    _CLEANUPS.clear()
+
+
+def _note(rec):
+    if _CLEANUP_FD is None:
+        return
+    data = pickle.dumps(rec)
+    data = struct.pack("<I", len(data)) + data
+    while data:
+        data = data[os.write(_CLEANUP_FD, data):]
+
+
+def pending_cleanups(data):
+    """The runner: the pickled cleanups the notes in `data` registered and
+    did not mark done, in registration order."""
+    added = {}
+    while len(data) >= 4:
+        (n,) = struct.unpack("<I", data[:4])
+        if len(data) < 4 + n:
+            break               # a note cut short by a kill
+        rec, data = pickle.loads(data[4:4 + n]), data[4 + n:]
+        if rec[0] == "add":
+            added[rec[1]] = rec[2]
+        else:
+            added.pop(rec[1], None)
+    return list(added.values())
+
+
+def call_cleanups(blobs):
+    """Call pickled cleanups, newest first, each whatever the others did;
+    returns the errors, one line each."""
+    errors = []
+    for blob in reversed(blobs):
+        what = "cleanup"
+        try:
+            fn, args, kwargs = pickle.loads(blob)
+            what = getattr(fn, "__qualname__", repr(fn))
+            fn(*args, **kwargs)
+        except Exception as exc:  # pylint: disable=broad-except
+            traceback.print_exc()
+            errors.append(f"{what}: {type(exc).__name__}: {exc}")
+    return errors
+
+
+@atexit.register
+def _cleanups_at_exit():
+    if _CLEANUP_FD is None and _CLEANUPS:
+        call_cleanups(list(_CLEANUPS.values()))
+        _CLEANUPS.clear()
+
+
 def summary(results):
     tot = {}
     for r in results:
         for k, v in r.get("facts", {}).items():
             if isinstance(v, int):
                 tot[k] = tot.get(k, 0) + v
-    tot["failures"] = sum(r["verdict"] in ("failed", "timeout")
-                         for r in results)
+    tot["failures"] = sum(r["verdict"] in ("failed", "timeout",
+                                           "interrupted") for r in results)
     return tot
 
 
@@ -117,10 +238,28 @@ def migrate(label, **kw):
     return res
 
 
+# Errors in a run's record (migrate_once() keeps every exception there)
+# that mean our side broke (a bug in the harness or the test, a missing
+# build or image, a workload setup that failed: harness.SetupError), not a
+# stock part: the run is no reference measurement.
+# A QEMU that died or hung (VMLaunchFailure, GuestError, QMP cut off or
+# timed out) is stock's doing in a reference run.
+MACHINERY_ERRORS = re.compile(
+    r"^(TypeError|NameError|AttributeError|KeyError|IndexError|ValueError|"
+    r"UnboundLocalError|ImportError|ModuleNotFoundError|FileNotFoundError|"
+    r"PermissionError|NotImplementedError|RecursionError|ZeroDivisionError|"
+    r"AssertionError|QEMUMachineError|SetupError):")
+
+
 def record_reference(res, label):
     """A stock reference run: count it, count it as a loss unless it was ok
     (completed, data intact, no kernel error), and append its verdict to
-    build/results/reference.json.  Never asserts what stock did."""
+    build/results/reference.json.  Never asserts what stock did; raises
+    (the test fails) if the run broke on our side (MACHINERY_ERRORS)."""
+    err = res.get("error") or ""
+    assert not MACHINERY_ERRORS.match(err), \
+        (f"{label}: the run broke on our side, not stock's: {err} "
+         f"(details: {res.get('workdir')})")
     CURRENT.add("stock_runs")
     lost = not res.get("ok")
     if lost:
@@ -166,18 +305,110 @@ def assert_intact(res, label=""):
     assert res.get("ok") is True, f"run not ok: {res.get('error')}{where}"
 
 
+# assert_hinted(): the share of the stale data the scenario freed that the
+# pages the source device cleared because of hints must at least come to,
+# and the most bytes a hinted migration may send, as a factor of its floor
+# (hint_figures()).
+HINT_COVERAGE = 0.8
+FLOOR_FACTOR = 1.2
+
+
+def hint_figures(res):
+    """What assert_hinted() measures a hinted migration (its first hop)
+    against, in MiB; None where it is not known, with the reason:
+
+    stale_mib: the stale data the scenario freed before the migration, as
+      prepare_guest() recorded it from what hbwork wrote (res["stale_mib"]).
+    cleared_mib: the pages the source device cleared from the dirty bitmap
+      because of hints (our QEMU's free-page-hint-stats).  A count, not a
+      set: it takes free memory that was never stale as well, so it can
+      pass for stale data it did not cover; the bytes check below is the
+      stricter one.
+    floor_mib: what a migration that skipped every page free at its start
+      must still send: the guest's RAM (mem_mib, kernel-reserved memory
+      included, which MemTotal leaves out) minus MemFree at migration start
+      (res["meminfo_before"]); in alloc mode plus the guest's reserve_kb,
+      which that mode leaves free and unhinted by design.  Nothing is added
+      for what the guest writes during the migration (the ticker, the
+      kernel: a few MiB), so only workloads without churn have a floor.
+      Not a strict lower bound: a page in use that holds zeros costs a
+      header only, so good runs send 0.75-1.1x of it (the in-tree driver,
+      which leaves free blocks under 4 MiB unhinted, the most).
+    sent_mib: the bytes the migration sent (res["transferred_mb"])."""
+    cfg = res.get("config") or {}
+    page = ((res.get("migration") or {}).get("ram") or {}).get(
+        "page-size") or 4096
+    out = {"why_no_cleared": None, "why_no_floor": None}
+    out["stale_mib"] = res.get("stale_mib")
+    if cfg.get("src") in harness.STOCK_BINARIES:
+        out["cleared_mib"] = None
+        out["why_no_cleared"] = ("a stock source QEMU reports no "
+                                 "free-page-hint-stats")
+    else:
+        c = res.get("device_src") or {}
+        out["cleared_mib"] = c.get("cleared-pages", 0) * page / 2**20
+    m = res.get("meminfo_before") or {}
+    g = res.get("guest_hint") or {}
+    if cfg.get("workload") == "churn":
+        out["floor_mib"] = None
+        out["why_no_floor"] = ("churn: what it rewrites during the migration "
+                               "depends on how many dirty passes it takes")
+    elif "free_kb" not in m or not cfg.get("mem_mib"):
+        out["floor_mib"] = None
+        out["why_no_floor"] = f"no MemFree at migration start: {m}"
+    else:
+        floor_kb = (cfg["mem_mib"] << 10) - m["free_kb"]
+        if g.get("mode") == "alloc":
+            floor_kb += g.get("reserve_kb", 0)
+        out["floor_mib"] = floor_kb / 1024
+    sent = res.get("transferred_mb")
+    out["sent_mib"] = sent * 1e6 / 2**20 if sent is not None else None
+    return out
+
+
 def assert_hinted(res, mode=None, label=""):
-    """The migration hinted: the source device of every hop cleared pages
-    from the dirty bitmap because of hints and, with our driver, the guest
-    ran a new round in `mode` ("scan" or "alloc"; None: either)."""
+    """The migration hinted, and the hints did what they are for.  The
+    source device of every hop cleared pages from the dirty bitmap because
+    of hints; on the first hop those pages come to at least HINT_COVERAGE
+    of the stale data the scenario freed; it sent at most FLOOR_FACTOR
+    times its floor; with our driver, the guest ran a new round in `mode`
+    ("scan" or "alloc"; None: either).  hint_figures() defines each
+    figure and says which runs have none (stock source, churn)."""
     where = f" [{label}] (details: {res.get('workdir')})"
+    f = hint_figures(res)
+    print(f"    hints [{label}]: stale {f['stale_mib']} MiB, cleared "
+          + (f"{f['cleared_mib']:.0f} MiB" if f["cleared_mib"] is not None
+             else f"- ({f['why_no_cleared']})")
+          + f", sent {f['sent_mib'] or 0:.0f} MiB, floor "
+          + (f"{f['floor_mib']:.0f} MiB" if f["floor_mib"] is not None
+             else f"- ({f['why_no_floor']})"), flush=True)
     c = res.get("device_src") or {}
-    assert c.get("cleared-pages", 0) > 0, \
-        f"the source device cleared no page because of hints: {c}{where}"
-    for i, h in enumerate(res.get("hops") or [], 2):
-        hc = h.get("device_src") or {}
-        assert hc.get("cleared-pages", 0) > 0, \
-            f"hop {i}: the source device cleared no page: {hc}{where}"
+    if f["cleared_mib"] is not None:
+        assert c.get("cleared-pages", 0) > 0, \
+            f"the source device cleared no page because of hints: {c}{where}"
+        for i, h in enumerate(res.get("hops") or [], 2):
+            hc = h.get("device_src") or {}
+            assert hc.get("cleared-pages", 0) > 0, \
+                f"hop {i}: the source device cleared no page: {hc}{where}"
+        # The first hop only: a later hop's source got no stale data (its
+        # pages never came over), so its hints cover free memory that
+        # costs a zero page, not stale data.
+        assert f["stale_mib"] is not None, \
+            f"no record of the stale data the scenario freed{where}"
+        # A workload that freed no stale data (fresh, churn with
+        # stale_pct=0) gives the hints nothing to cover.
+        assert f["cleared_mib"] >= HINT_COVERAGE * f["stale_mib"], \
+            (f"the hints covered too little stale data: the source device "
+             f"cleared {f['cleared_mib']:.0f} MiB because of hints, less "
+             f"than {HINT_COVERAGE:.0%} of the {f['stale_mib']} MiB of stale "
+             f"data the scenario freed: {c}{where}")
+    if f["floor_mib"] is not None:
+        assert f["sent_mib"] is not None, f"no bytes sent recorded{where}"
+        assert f["sent_mib"] <= FLOOR_FACTOR * f["floor_mib"], \
+            (f"the migration sent {f['sent_mib']:.0f} MiB, more than "
+             f"{FLOOR_FACTOR}x its floor of {f['floor_mib']:.0f} MiB (RAM "
+             f"not free at migration start): free memory went over the "
+             f"wire unhinted, or pages went more than once{where}")
     if res["config"]["balloon"] != "ours":
         return
     g0 = res.get("guest_hint_before") or {}

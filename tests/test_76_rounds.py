@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: GPL-2.0
+"""How many free page hint rounds a migration runs (host-qemu.md, "Rounds").
+
+Our QEMU starts a new round after a bitmap sync only when the guest
+dirtied at least 1/x-free-page-hint-rehint-ratio of what the last round
+hinted since that round started: an idle guest is hinted once, memory the
+guest writes and frees during the migration is hinted again.  Each test
+also runs the rule's opposite where that proves its premise: with the
+ratio 0 (a round after every sync, as stock QEMU does) the same idle
+guest's free memory is hinted again and again.  Every migration verifies
+the guest's data on the destination and fails on any kernel error."""
+from hb import harness
+from hb.harness import Scenario
+from hb.rigs import MEM, Rig
+from hb.testlib import (assert_hinted, assert_intact, migrate, need_ours,
+                        our_qemu, tag, wait_for)
+
+FILL_MIB = 128            # written and freed during the migration
+# Live data of the idle guest: a first pass long enough for the syncs that
+# check whether to switch over to repeat while it runs.
+KEEP_MIB = 192
+PASS_BW = 16 << 20        # bytes/s: a first pass of a few seconds
+
+
+def _free_bytes(res):
+    return (res.get("meminfo_before") or {}).get("free_kb", 0) << 10
+
+
+def _idle(ratio):
+    props = f"x-free-page-hint-rehint-ratio={ratio}" if ratio is not None \
+        else ""
+    res = migrate(f"rounds-idle-ratio-{ratio}", src_bin=our_qemu(),
+                  balloon="ours", hint=True, device_props=props,
+                  scenario=Scenario("stale", mem_mib=1024, smp=1,
+                                    stale_pct=50, keep_mib=KEEP_MIB))
+    assert_intact(res, f"idle guest, ratio {ratio}")
+    assert_hinted(res, "scan", f"idle guest, ratio {ratio}")
+    c = res["device_src"]
+    free = _free_bytes(res)
+    assert free > 0, res.get("meminfo_before")
+    print(f"    ratio {ratio}: rounds={c['rounds']} "
+          f"skipped={c.get('rounds-skipped')} "
+          f"hinted={c['hinted-bytes'] / 1e6:.0f} MB "
+          f"free={free / 1e6:.0f} MB cleared={c['cleared-pages']} "
+          f"sent={res.get('transferred_mb')} MB")
+    return c, free
+
+
+@tag("rounds", "dataloss")
+def test_idle_guest_is_hinted_once():
+    """Default ratio: the idle guest's free memory is hinted at most twice
+    (the first round, and at most one more) over the whole migration, and
+    rounds were skipped.  Ratio 0: it is hinted in every round, more than
+    twice over (the premise: syncs repeat during this migration)."""
+    need_ours()
+    c, free = _idle(None)
+    assert c.get("rounds-skipped", 0) > 0, c
+    assert c["hinted-bytes"] <= 2 * free, \
+        f"hinted {c['hinted-bytes']} bytes, more than twice the " \
+        f"{free} bytes free"
+    c0, free0 = _idle(0)
+    assert c0.get("rounds-skipped", 0) == 0, c0
+    assert c0["rounds"] > c["rounds"] and c0["hinted-bytes"] > 2 * free0, \
+        f"ratio 0 did not hint again: {c0} (default: {c})"
+
+
+@tag("rounds", "dataloss")
+def test_memory_freed_during_migration_is_hinted_again():
+    """The guest writes FILL_MIB MiB and frees it while the first pass
+    runs: a later round hints it, so those pages are cleared again and not
+    sent; the data stays intact."""
+    need_ours()
+    with Rig("rounds-refill", balloon="ours", mem_mib=MEM) as rig:
+        rig.boot()
+        rig.start_migration(bw=PASS_BW)
+        first = wait_for(
+            lambda: (lambda c: c if c and c.get("cleared-pages", 0) > 0
+                     and c.get("status") in ("stop", "done") else None)(
+                harness.device_counters(rig.vm)),
+            timeout=120, what="the first round's hints")
+        r = rig.vm.guest.hbwork(f"fill {FILL_MIB}")
+        assert r.get("rc", 0) == 0, r
+        want = FILL_MIB * 256 * 8 // 10
+        later = wait_for(
+            lambda: (lambda c: c if c and c["cleared-pages"] -
+                     first["cleared-pages"] >= want else None)(
+                harness.device_counters(rig.vm)),
+            timeout=240, what=f"a later round clearing {want} pages")
+        print(f"    first round cleared {first['cleared-pages']} pages; "
+              f"later rounds {later['cleared-pages'] - first['cleared-pages']}"
+              f" (the {FILL_MIB} MiB written and freed: {FILL_MIB * 256})")
+        assert later["rounds"] > first["rounds"], (first, later)
+        rig.unthrottle()
+        rig.finish()
+        rig.verify("after a later round")

@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A fleet that mixes our hosts with stock ones (Documentation/host-qemu.md,
+"Fleet policy").
+
+Our QEMU is a drop-in replacement for Debian's: the same devices, network
+backends and machine types, so any command line that runs on Debian's
+binary runs on ours.  With the device defaults (free-page-hint on,
+free-page-hint-keep-writes at its default, off) and the machine's default
+devices (a NIC on user networking), a guest moves between our QEMU and
+Debian's in both directions, with the in-tree driver and with ours, its
+data verified after every hop.  Only a VM opted in with
+free-page-hint-keep-writes=on is tied to our hosts: a migration of it to a
+stock host fails cleanly, the guest keeps running on the source.
+
+A hop whose source is the stock QEMU runs stock's hinting: its migration
+must complete (our destination must accept stock's stream), but damaged
+data after it is stock's own and is recorded as a reference loss, not
+failed."""
+import os
+import re
+import subprocess
+import tempfile
+
+from hb import harness
+from hb.rigs import MEM, Rig, held
+from hb.testlib import (CURRENT, need_ours, our_qemu, record_reference,
+                        tag, timeout)
+
+KEEP_WRITES_BIT = 16
+MB = 1e6
+
+
+def _help_of(binary, what, modules=None):
+    """The names `binary -WHAT help` lists; a stock binary runs with
+    `modules` (default: its own) at Debian's module path, as an installed
+    qemu-system-x86 with its recommended module packages has them."""
+    cmd = harness.module_wrapper(binary, modules) + [binary, f"-{what}",
+                                                     "help"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                       check=False)
+    assert p.returncode == 0 and not p.stderr.strip(), \
+        f"{' '.join(cmd)}: rc={p.returncode} {p.stderr[-800:]}"
+    return _help_text_names(p.stdout)
+
+
+@tag("fleet", "compat", "lint")
+def test_drop_in_same_devices_backends_machines_as_debian():
+    """-device help, -netdev help and -machine help of our QEMU list the
+    same names as Debian's QEMU 10.0 with its module packages, and the
+    comparison sees a device that is missing."""
+    ours = our_qemu()
+    for what in ("device", "netdev", "machine"):
+        theirs = _help_of(harness.STOCK_QEMU, what)
+        mine = _help_of(ours, what)
+        assert len(theirs) > 5, f"-{what} help of Debian's QEMU: {theirs}"
+        missing = sorted(theirs - mine)
+        extra = sorted(mine - theirs)
+        print(f"    -{what} help: Debian {len(theirs)}, ours {len(mine)}")
+        assert not missing, f"-{what}: ours lacks {missing}"
+        assert not extra, f"-{what}: ours has more than Debian's: {extra}"
+    # The comparison sees a missing device: without its module folder,
+    # Debian's binary lacks the devices of its module packages.
+    empty = tempfile.mkdtemp(prefix="hb-nomodules-",
+                             dir=os.path.join(harness.BUILD, "tmp"))
+    try:
+        bare = _help_of(harness.STOCK_QEMU, "device", modules=empty)
+    finally:
+        os.rmdir(empty)
+    gone = _help_of(ours, "device") - bare
+    assert {"qxl-vga", "usb-redir", "usb-host"} <= gone, sorted(gone)
+    assert "user" in _help_of(ours, "netdev")
+
+
+def _help_text_names(text):
+    """The first word of every entry of a `help` listing: `name "e1000"`
+    for devices, the backend name for netdevs, the machine name."""
+    names = set()
+    for ln in text.splitlines():
+        m = re.match(r'^name "([^"]+)"', ln)
+        if m:
+            names.add(m.group(1))
+            continue
+        if not ln or ln.endswith(":") or ln[0].isspace() and not \
+                ln.strip() or ln.startswith(("Available", "Supported")):
+            continue
+        first = ln.split()[0]
+        if re.fullmatch(r"[a-z][A-Za-z0-9_.-]*", first):
+            names.add(first)
+    return names
+
+
+def _hop(rig, binary, label, stock_source):
+    """Migrate the rig's guest to `binary` and verify it.  A hop whose
+    source is the stock QEMU is a reference for its data: recorded, not
+    asserted (its completion is asserted: our destination must accept
+    stock's stream)."""
+    src_is_ours = not stock_source
+    info = rig.migrate(binary=binary)
+    mb = (info.get("ram") or {}).get("transferred", 0) / MB
+    hinted = rig.hinted_pages() if src_is_ours else None
+    if stock_source:
+        try:
+            rig.verify(label)
+            ok = True
+        except AssertionError as e:
+            ok = False
+            print(f"    reference: stock-source hop {label} damaged: {e}")
+        # (no workdir: the rig keeps its folder until the test ends)
+        record_reference({"ok": ok, "status": info.get("status"),
+                          "data_intact": ok}, f"fleet-{label}")
+        if not ok:
+            return mb, hinted, False
+    else:
+        rig.verify(label)
+        assert hinted > 0, \
+            f"[{label}] our source device cleared no hinted page " \
+            f"({rig.last_counters})"
+    print(f"    {label}: {mb:.0f} MB, data verified"
+          + (f", {hinted} pages hinted away" if hinted is not None else ""))
+    return mb, hinted, True
+
+
+def _round_trip(driver, start):
+    """A guest with the machine's default devices and the balloon's
+    defaults (free-page-hint=on, keep-writes at its default) boots on
+    `start` ("ours" or "stock") and goes to the other QEMU and back."""
+    if driver == "ours":
+        need_ours()
+    bins = {"ours": our_qemu(), "stock": harness.STOCK_QEMU}
+    other = "stock" if start == "ours" else "ours"
+    with Rig(f"fleet-{driver}-{start}", balloon=driver, mem_mib=MEM,
+             binary=bins[start], keep_writes=False, defaults=True) as rig:
+        rig.boot()
+        f = harness.balloon_features(rig.vm)
+        assert len(f) <= KEEP_WRITES_BIT or f[KEEP_WRITES_BIT] == "0", \
+            f"KEEP_WRITES negotiated with the device defaults: {f}"
+        if driver == "ours":
+            assert rig.stats().get("mode") == "alloc", rig.stats()
+        path = [start, other, start]
+        for a, b in zip(path, path[1:]):
+            _, _, ok = _hop(rig, bins[b], f"{driver} {a}->{b}",
+                            stock_source=a == "stock")
+            if not ok:
+                return
+        if driver == "ours":
+            s = rig.stats()
+            assert s.get("bytes_hinted", 0) > 0 and held(s) == 0, s
+
+
+@tag("fleet", "compat")
+@timeout(900)
+def test_rolling_upgrade_intree_driver_from_our_host():
+    """In-tree driver: ours -> stock -> ours."""
+    _round_trip("intree", "ours")
+
+
+@tag("fleet", "compat")
+@timeout(900)
+def test_rolling_upgrade_intree_driver_from_stock_host():
+    """In-tree driver: stock -> ours -> stock."""
+    _round_trip("intree", "stock")
+
+
+@tag("fleet", "compat")
+@timeout(900)
+def test_rolling_upgrade_our_driver_from_our_host():
+    """Our driver (alloc mode without the opt-in): ours -> stock -> ours."""
+    _round_trip("ours", "ours")
+
+
+@tag("fleet", "compat")
+@timeout(900)
+def test_rolling_upgrade_our_driver_from_stock_host():
+    """Our driver: stock -> ours -> stock."""
+    _round_trip("ours", "stock")
+
+
+@tag("fleet", "compat", "keep_writes")
+@timeout(600)
+def test_opted_in_guest_stays_on_source_when_destination_is_stock():
+    """free-page-hint-keep-writes=on, our driver in scan mode: a migration
+    to Debian's QEMU fails, the destination names the feature bit it does
+    not know, and the guest keeps running on the source with its data;
+    a migration to our QEMU afterwards succeeds."""
+    need_ours()
+    with Rig("fleet-opted-in", balloon="ours", keep_writes=True,
+             defaults=True) as rig:
+        rig.boot()
+        f = harness.balloon_features(rig.vm)
+        assert len(f) > KEEP_WRITES_BIT and f[KEEP_WRITES_BIT] == "1", f
+        assert rig.stats().get("mode") == "scan", rig.stats()
+        rig.start_migration(binary=harness.STOCK_QEMU, keep_writes=False,
+                            extra_caps=("return-path",))
+        rig.migration_fault()
+        # What the two ends print about the refusal, and only that.
+        rig.allow_qemu_errors += [r"Features 0x[0-9a-f]+ unsupported",
+                                  r"Sibling indicated error"]
+        dst = rig.dst
+        info = rig.wait_end(300)
+        assert info["status"] == "failed", info
+        dst.machine.wait(timeout=60) if dst.machine.is_running() else None
+        err = dst.log_text()
+        m = re.search(r"Features (0x[0-9a-f]+) unsupported\. "
+                      r"Allowed features: (0x[0-9a-f]+)", err)
+        assert m, f"the stock destination did not name the features: " \
+                  f"{err[-800:]}"
+        unknown = int(m.group(1), 16) & ~int(m.group(2), 16)
+        assert unknown == 1 << KEEP_WRITES_BIT, \
+            f"unsupported features {unknown:#x}, not bit {KEEP_WRITES_BIT}"
+        print(f"    stock destination: {m.group(0)} -> unknown bit "
+              f"{KEEP_WRITES_BIT} (VIRTIO_BALLOON_F_HINT_KEEP_WRITES); "
+              f"source error: {info.get('error-desc')}")
+        rig.dst = None
+        harness.wait_running(rig.vm)
+        CURRENT.add("faults")
+        rig.verify("after the refused migration, on the source")
+        rig.migrate()
+        assert rig.hinted_pages() > 0, rig.last_counters
+        rig.verify("opted in: ours -> ours")
