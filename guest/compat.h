@@ -12,6 +12,8 @@
 
 #include <linux/mmzone.h>
 #include <linux/mm.h>
+#include <linux/memory_hotplug.h>
+#include <linux/err.h>
 #include <linux/shrinker.h>
 #include <linux/page_reporting.h>
 #include <linux/virtio_config.h>
@@ -103,36 +105,78 @@ static inline void *vb_compat_shrinker_priv(struct shrinker *s)
 #endif
 
 /*
- * Order of a free buddy block (PageBuddy() true, zone->lock held): kept in
- * page_private() of its first page by mm/page_alloc.c (buddy_order() in
- * mm/internal.h, which modules cannot include).  Unchanged from 4.x to 6.x.
+ * Buddy state: the one place the module reads it.  Free blocks of order
+ * @order sit on the lists zone->free_area[order].free_list[migratetype],
+ * linked through page->buddy_list (6.0 and later), PageBuddy() set and the
+ * order in page_private() (buddy_order() in mm/internal.h, which modules
+ * cannot include).  zone->lock must be held, with IRQs off.
+ *
+ * vb_compat_free_next() returns the free block that follows *@pfn on the
+ * free list @mt of that order and sets *@pfn to it; *@pfn ==
+ * VB_COMPAT_LIST_HEAD starts at the head of the list.  NULL: the list
+ * ended.  ERR_PTR(-EAGAIN): the block at *@pfn is no longer a free block
+ * of that order in @zone (allocated, merged, split or offlined since the
+ * lock was dropped), so its place in a list is lost.  A block that is
+ * still one may have moved to the list of another migratetype of the same
+ * order; the walk then goes on in that list, and it ends at any list head
+ * of the zone's free_area, never at a head it does not know.  Every block
+ * returned is checked PageBuddy() with this order and zone, here, under
+ * the lock.
  */
-static inline unsigned int vb_compat_buddy_order(struct page *page)
+#define VB_COMPAT_LIST_HEAD	ULONG_MAX
+
+static inline bool vb_compat_is_free_block(struct zone *zone,
+					   struct page *page,
+					   unsigned int order)
 {
-	return page_private(page);
+	return page_zone(page) == zone && PageBuddy(page) &&
+	       page_private(page) == order;
 }
 
+static inline struct page *vb_compat_free_next(struct zone *zone,
+					       unsigned int order,
+					       unsigned int mt,
+					       unsigned long *pfn)
+{
+	struct list_head *pos;
+	unsigned long off;
+	struct page *page;
+
+	if (*pfn == VB_COMPAT_LIST_HEAD) {
+		pos = &zone->free_area[order].free_list[mt];
+	} else {
+		page = pfn_to_online_page(*pfn);
+		if (!page || !vb_compat_is_free_block(zone, page, order))
+			return ERR_PTR(-EAGAIN);
+		pos = &page->buddy_list;
+	}
+	pos = pos->next;
+	off = (unsigned long)pos - (unsigned long)zone->free_area;
+	if (off < sizeof(zone->free_area))
+		return NULL;	/* a list head: this list ended */
+	page = list_entry(pos, struct page, buddy_list);
+	if (WARN_ON_ONCE(!vb_compat_is_free_block(zone, page, order)))
+		return NULL;
+	*pfn = page_to_pfn(page);
+	return page;
+}
+
+#if defined(VB_FAULT_INJECT) && defined(CONFIG_SPARSEMEM)
 /*
- * Flush the TLB of every online CPU, global entries included (see
- * vb_hint_round()).  x86 exports __flush_tlb_all() for the local CPU; other
- * architectures export no equivalent, and there this is a no-op.
+ * Test builds only (debugfs held_blocks): the migratetype of the pageblock
+ * of @pfn, read as get_pageblock_migratetype() reads it; mm/page_alloc.c
+ * does not export it.  NR_PAGEBLOCK_BITS bits per pageblock in the usemap
+ * of the pfn's section, unchanged from 5.x to 6.12 (SPARSEMEM, which
+ * x86-64 uses).
  */
-#ifdef CONFIG_X86
-#include <linux/smp.h>
-#include <asm/tlbflush.h>
+static inline unsigned int vb_compat_pageblock_migratetype(unsigned long pfn)
+{
+	unsigned long *map = section_to_usemap(__pfn_to_section(pfn));
+	unsigned long bit = ((pfn & (PAGES_PER_SECTION - 1)) >> pageblock_order) *
+			    NR_PAGEBLOCK_BITS;
 
-static inline void vb_compat_flush_tlb_local(void *unused)
-{
-	__flush_tlb_all();
-}
-
-static inline void vb_compat_flush_tlb_all(void)
-{
-	on_each_cpu(vb_compat_flush_tlb_local, NULL, 1);
-}
-#else
-static inline void vb_compat_flush_tlb_all(void)
-{
+	return (READ_ONCE(map[bit / BITS_PER_LONG]) >> (bit % BITS_PER_LONG)) &
+	       MIGRATETYPE_MASK;
 }
 #endif
 

@@ -41,16 +41,27 @@
 #define VB_HINT_MAX_ORDER	VB_MAX_BUDDY_ORDER
 #define VB_HINT_NR_ORDERS	(VB_HINT_MAX_ORDER + 1)
 /*
- * Scan mode: PFN steps (a free block of any order is one step) per hold of
- * zone->lock, as mm/page_reporting and compaction bound theirs; largest
- * merged range.
+ * Scan mode: free blocks taken from the free lists per hold of zone->lock
+ * (bounded as mm/page_reporting and compaction bound their holds; each
+ * block is a read of a struct page far from the last one, so a hold takes
+ * 16, no longer than the 64 sequential memmap steps of the PFN walk this
+ * replaced), times a walk of one free list may lose its place and start
+ * again, largest merged range, and the buckets of the hold histogram.
  */
-#define VB_SCAN_STEPS_PER_LOCK		64UL
+#define VB_SCAN_STEPS_PER_LOCK		16UL
+#define VB_SCAN_MAX_RESTARTS		4U
 #define VB_SCAN_MAX_RANGE		(1UL << (30 - PAGE_SHIFT))
 #define VB_SCAN_HOLD_HIST		16
 /* Upper bounds of the batching knobs */
 #define VB_HINT_MAX_BPC		64
 #define VB_HINT_MAX_CPK		256
+/*
+ * Alloc mode: default cap of the block memory in flight (KiB), and its
+ * smallest value, one block of the largest order
+ */
+#define VB_ALLOC_INFLIGHT_KB		(256U << 10)
+#define VB_ALLOC_MIN_INFLIGHT_KB	\
+	((unsigned int)((PAGE_SIZE << VB_HINT_MAX_ORDER) >> 10))
 
 /* vb_hint.flags bits */
 enum {
@@ -108,7 +119,8 @@ struct vb_hint_settings {
 	unsigned int blocks_per_chain;
 	unsigned int chains_per_kick;
 	unsigned int reserve_kb;
-	unsigned int drop_cache;
+	/* alloc: most block memory (KiB) in flight, not yet used by the device */
+	unsigned int alloc_max_inflight_kb;
 };
 
 /* Counters of the hint engine, protected by vb_hint.lock */
@@ -122,6 +134,8 @@ struct vb_hint_stats {
 	u64 blocks_by_order[VB_HINT_NR_ORDERS];
 	u64 blocks_returned_early;
 	u64 ring_full_waits;
+	/* alloc: waits for the device because alloc_max_inflight_kb was reached */
+	u64 inflight_waits;
 	u64 last_round_ns;
 	/* CPU time the worker spent in the last round and in all rounds */
 	u64 last_round_cpu_ns;
@@ -151,25 +165,35 @@ struct vb_hint_chain {
 	__virtio32 cmd;
 };
 
+/* A range of free pages waiting to be sent (scan mode) */
+struct vb_scan_range {
+	unsigned long pfn;
+	unsigned long nr;
+};
+
 /*
- * Scan mode state (worker only).  Free blocks found next to each other are
- * merged into the open range; closed ranges wait in r_pfn/r_nr until a
- * chain is queued.  Blocks are counted per order: open_by_order for the
- * open range, pend_by_order for the closed ranges.  A round resumes at
- * (resume_nid, resume_zid, resume_pfn), where the last one stopped.
+ * Scan mode state (worker only).  Free blocks found wait in r[] as ranges
+ * (adjacent blocks merged) until a chain is queued; pend_by_order counts
+ * them per order.  The free list being walked is free list @mt of the
+ * order and zone the walk is at; @pfn is the last block taken from it
+ * (VB_COMPAT_LIST_HEAD: none yet), @budget the blocks it may still take
+ * from it and @restarts the times it lost its place there.  A round
+ * resumes at the order (@resume_depth below the largest), node and zone
+ * where the last one stopped.
  */
 struct vb_scan_state {
-	unsigned long start;
-	unsigned long nr;
-	unsigned long r_pfn[VB_HINT_MAX_BPC];
-	unsigned long r_nr[VB_HINT_MAX_BPC];
+	struct vb_scan_range r[VB_HINT_MAX_BPC];
 	unsigned int n;
 	unsigned int max;
-	u64 open_by_order[VB_HINT_NR_ORDERS];
 	u64 pend_by_order[VB_HINT_NR_ORDERS];
+	unsigned int mt;
+	unsigned long pfn;
+	unsigned long budget;
+	unsigned int restarts;
+	unsigned int resume_depth;
 	int resume_nid;
 	int resume_zid;
-	unsigned long resume_pfn;
+	/* pages of the free blocks the walk took, and its lock holds */
 	u64 pfns;
 	u64 max_hold_ns;
 	u64 holds;
@@ -315,7 +339,7 @@ unsigned int vb_hint_block_order(struct page *page);
 void vb_hint_block_list_free(struct list_head *list);
 bool vb_hint_round_must_stop(struct vb_device *vb);
 bool vb_hint_wait_room(struct vb_device *vb, unsigned int need,
-		       bool in_round);
+		       unsigned long max_inflight, bool in_round);
 int vb_hint_queue(struct vb_device *vb, struct vb_hint_chain *c,
 		  struct scatterlist *sgs[], unsigned int out, unsigned int in);
 void vb_hint_count_chain(struct vb_hint *h, unsigned int ranges, u64 bytes,
@@ -330,8 +354,9 @@ int vb_scan_round(struct vb_device *vb);
 int vb_alloc_round(struct vb_device *vb);
 
 /* vb_fault.c: fault injection, built only with VB_FAULT_INJECT=y */
+struct vb_scan_walk;
 #ifdef VB_FAULT_INJECT
-/* what a walk of all memory by the scan search cost (debugfs scan_walk) */
+/* what a walk of all free lists by the scan search cost (debugfs scan_walk) */
 struct vb_scan_walk {
 	u64 pfns;
 	u64 ns;

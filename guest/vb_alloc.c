@@ -8,45 +8,168 @@
  * flight" until then).  Blocks are taken largest order first, from the
  * largest buddy order (mainline's block size) down to alloc_min_order,
  * which defaults to that same order: smaller blocks only when a user asks
- * for them.  They are taken as movable allocations, from movable
- * pageblocks, so that giving them back after DONE leaves no pageblock
- * converted to another migratetype.  No reclaim, no emergency reserves,
- * and never below reserve_kb of free memory.
+ * for them.
+ *
+ * What is taken.  A held block cannot be migrated, so it must not sit where
+ * mm counts on moving pages.  Blocks are allocated with the in-tree
+ * driver's flags (VIRTIO_BALLOON_FREE_PAGE_ALLOC_FLAG: __GFP_NORETRY |
+ * __GFP_NOWARN | __GFP_NOMEMALLOC; no reclaim, no compaction, no kswapd
+ * wakeup, no emergency reserves) and never __GFP_MOVABLE: an unmovable
+ * request is served from ZONE_NORMAL and the zones below it, never from
+ * ZONE_MOVABLE, whose memory blocks stay offlinable, and never from CMA
+ * pageblocks.  A block of pageblock_order or more that mm finds in a movable
+ * pageblock turns that pageblock unmovable (the allocator's fallback), so
+ * compaction and contiguous allocations do not count on it; blocks smaller
+ * than a pageblock (alloc_min_order lowered) follow the fallback rules of
+ * any kernel allocation.
+ *
+ * Watermarks.  Each zone is kept at or above its high watermark, plus its
+ * lowmem reserve against ZONE_NORMAL requests, plus reserve_kb.  Zones are
+ * searched one at a time, each node's from ZONE_NORMAL down, the
+ * allocation steered to the zone with __GFP_THISNODE and the zone's
+ * modifier (a zone with no free block of the order asked for may still
+ * hand out one of a lower zone of that node).  A block is asked for only
+ * while the zone's free pages minus the block stay above its floor, and
+ * kept only if the zone it came from is still at or above its floor; one
+ * that left a zone below gives the zone up for the rest of the round and
+ * goes back at once (it was never sent).  Free CMA pages do not count:
+ * this request cannot use them.
+ *
+ * In flight.  A block the device has not used yet cannot be given back
+ * under memory pressure (the shrinker frees only acked blocks), so a round
+ * keeps at most alloc_max_inflight_kb of blocks in flight: a chain takes
+ * blocks only while a block of the largest order still fits under the cap,
+ * and waits for the device to use buffers when none does, as it waits for
+ * ring room (inflight_waits; a round that waits 2 s with no buffer coming
+ * back ends).
  */
 
 #include <linux/mm.h>
+#include <linux/mmzone.h>
 #include <linux/gfp.h>
+#include <linux/nodemask.h>
 #include <linux/slab.h>
 #include <linux/vmstat.h>
 #include <linux/sched.h>
 
 #include "vb.h"
 
-#define VB_ALLOC_GFP	(__GFP_MOVABLE | __GFP_NORETRY | __GFP_NOWARN | \
-			 __GFP_NOMEMALLOC)
+/* The in-tree driver's VIRTIO_BALLOON_FREE_PAGE_ALLOC_FLAG */
+#define VB_ALLOC_GFP	(__GFP_NORETRY | __GFP_NOWARN | __GFP_NOMEMALLOC)
+
+/* Highest zone an unmovable request may use: the class of every request */
+#define VB_ALLOC_TOP_ZONE	ZONE_NORMAL
 
 /*
- * Allocate one free block of the largest order <= *order that is still
- * available, never below alloc_min_order and never taking free memory
- * below the reserve.  *order only goes down during a round: once an order
- * failed, the larger orders are not retried.
+ * Where a round looks for the next block: node, zone (VB_ALLOC_TOP_ZONE
+ * down to 0), and the order, which only goes down within a zone: once an
+ * order failed there, larger ones are not retried.
  */
-static struct page *vb_alloc_block(struct vb_device *vb, int *order)
+struct vb_alloc_cursor {
+	int nid;
+	int zid;
+	int order;
+};
+
+/* The zone modifier that makes @zid the highest zone of a request */
+static gfp_t vb_alloc_zone_gfp(int zid)
+{
+	switch (zid) {
+#ifdef CONFIG_ZONE_DMA
+	case ZONE_DMA:
+		return __GFP_DMA;
+#endif
+#ifdef CONFIG_ZONE_DMA32
+	case ZONE_DMA32:
+		return __GFP_DMA32;
+#endif
+	default:
+		return 0;
+	}
+}
+
+/* Free pages of @zone an unmovable request can use (CMA excluded) */
+static unsigned long vb_alloc_zone_free(struct zone *zone)
+{
+	unsigned long free = zone_page_state(zone, NR_FREE_PAGES);
+	unsigned long cma = zone_page_state(zone, NR_FREE_CMA_PAGES);
+
+	return free > cma ? free - cma : 0;
+}
+
+/* Free pages @zone keeps: high watermark, lowmem reserve, @reserve */
+static unsigned long vb_alloc_zone_floor(struct zone *zone,
+					 unsigned long reserve)
+{
+	long lowmem = zone->lowmem_reserve[VB_ALLOC_TOP_ZONE];
+
+	return high_wmark_pages(zone) + max(lowmem, 0L) + reserve;
+}
+
+/* Next zone of the node, or the top zone of the next node */
+static void vb_alloc_next_zone(struct vb_alloc_cursor *cur)
+{
+	if (cur->zid > 0) {
+		cur->zid--;
+	} else {
+		cur->nid++;
+		cur->zid = VB_ALLOC_TOP_ZONE;
+	}
+	cur->order = VB_HINT_MAX_ORDER;
+}
+
+/*
+ * One block from the zone under the cursor, of the largest order <=
+ * cur->order that the zone can spare, or NULL when the zone has none left
+ * for this round.
+ */
+static struct page *vb_alloc_zone_block(struct vb_device *vb,
+					struct vb_alloc_cursor *cur,
+					struct zone *zone)
 {
 	const struct vb_hint_settings *s = &vb->hint.cur;
-	unsigned long reserve = (unsigned long)s->reserve_kb >> (PAGE_SHIFT - 10);
-	unsigned long nr_free;
+	unsigned long reserve = (unsigned long)s->reserve_kb >>
+				(PAGE_SHIFT - 10);
+	gfp_t gfp = VB_ALLOC_GFP | __GFP_THISNODE | vb_alloc_zone_gfp(cur->zid);
+	struct zone *got;
 	struct page *page;
 
-	for (; *order >= (int)s->alloc_min_order; (*order)--) {
-		nr_free = global_zone_page_state(NR_FREE_PAGES);
-		if (nr_free < reserve + (1UL << *order))
+	for (; cur->order >= (int)s->alloc_min_order; cur->order--) {
+		if (vb_alloc_zone_free(zone) < vb_alloc_zone_floor(zone, reserve) +
+					       (1UL << cur->order))
 			continue;
-		page = alloc_pages(VB_ALLOC_GFP, *order);
-		if (page) {
-			set_page_private(page, *order);
+		page = alloc_pages_node(cur->nid, gfp, cur->order);
+		if (!page)
+			continue;
+		got = page_zone(page);
+		if (vb_alloc_zone_free(got) >= vb_alloc_zone_floor(got, reserve)) {
+			set_page_private(page, cur->order);
 			return page;
 		}
+		/* it took @got below its floor: never sent, give it back */
+		__free_pages(page, cur->order);
+		if (got == zone)
+			break;
+	}
+	return NULL;
+}
+
+/* The next block of the round, or NULL when every zone is done */
+static struct page *vb_alloc_block(struct vb_device *vb,
+				   struct vb_alloc_cursor *cur)
+{
+	struct zone *zone;
+	struct page *page;
+
+	for (; (unsigned int)cur->nid < nr_node_ids; vb_alloc_next_zone(cur)) {
+		if (!node_online(cur->nid))
+			continue;
+		zone = &NODE_DATA(cur->nid)->node_zones[cur->zid];
+		if (!populated_zone(zone))
+			continue;
+		page = vb_alloc_zone_block(vb, cur, zone);
+		if (page)
+			return page;
 	}
 	return NULL;
 }
@@ -56,10 +179,14 @@ static struct page *vb_alloc_block(struct vb_device *vb, int *order)
  * number of blocks queued, 0 when free memory is exhausted, or a negative
  * error (-EINTR: the round must stop).
  */
-static int vb_alloc_send_chain(struct vb_device *vb, int *order)
+static int vb_alloc_send_chain(struct vb_device *vb,
+			       struct vb_alloc_cursor *cur)
 {
 	struct vb_hint *h = &vb->hint;
 	unsigned int max = min(h->cur.blocks_per_chain, h->ring_size - 1);
+	unsigned long cap = (unsigned long)h->cur.alloc_max_inflight_kb >>
+			    (PAGE_SHIFT - 10);
+	unsigned long block = 1UL << VB_HINT_MAX_ORDER;
 	u64 by_order[VB_HINT_NR_ORDERS] = {};
 	struct scatterlist *sgs[1] = { h->sg };
 	struct vb_hint_chain *c;
@@ -67,8 +194,12 @@ static int vb_alloc_send_chain(struct vb_device *vb, int *order)
 	unsigned int i, o;
 	int err;
 
-	/* one descriptor per block, plus the slot kept for STOP */
-	if (!vb_hint_wait_room(vb, max + 1, true))
+	/*
+	 * One descriptor per block, plus the slot kept for STOP; and room
+	 * under the in-flight cap for one block of any order (the knob's
+	 * range keeps cap >= block).
+	 */
+	if (!vb_hint_wait_room(vb, max + 1, cap - block, true))
 		return -EINTR;
 
 	c = vb_hint_chain_alloc();
@@ -77,7 +208,10 @@ static int vb_alloc_send_chain(struct vb_device *vb, int *order)
 
 	sg_init_table(h->sg, max);
 	for (i = 0; i < max; i++) {
-		page = vb_alloc_block(vb, order);
+		/* vq_lock held: only this worker changes inflight_pages */
+		if (h->inflight_pages + c->nr_pages + block > cap)
+			break;
+		page = vb_alloc_block(vb, cur);
 		if (!page)
 			break;
 		o = vb_hint_block_order(page);
@@ -103,16 +237,20 @@ static int vb_alloc_send_chain(struct vb_device *vb, int *order)
 	return i;
 }
 
-/* One alloc round: take and hold free blocks until none is left */
+/* One alloc round: take and hold free blocks until no zone can spare one */
 int vb_alloc_round(struct vb_device *vb)
 {
+	struct vb_alloc_cursor cur = {
+		.nid = 0,
+		.zid = VB_ALLOC_TOP_ZONE,
+		.order = VB_HINT_MAX_ORDER,
+	};
 	struct vb_hint *h = &vb->hint;
 	unsigned int chains = 0;
-	int order = VB_HINT_MAX_ORDER;
 	int ret = 0;
 
 	while (!vb_hint_round_must_stop(vb)) {
-		ret = vb_alloc_send_chain(vb, &order);
+		ret = vb_alloc_send_chain(vb, &cur);
 		if (ret <= 0)
 			break;
 		vb_hint_chain_queued(h, &chains);

@@ -20,7 +20,8 @@
  *  - FREE_PAGE_HINT: during migration the host asks for free memory by
  *    writing a command id; we tell it which guest memory is free
  *    (vb_hint.c, the round engine).  Two searches: "alloc" (vb_alloc.c)
- *    takes free blocks from the allocator, as the in-tree driver does, and
+ *    takes free blocks from the allocator, with the in-tree driver's flags
+ *    (never movable memory) and above every zone's high watermark, and
  *    holds them until the host says DONE; it is safe on every device.
  *    "scan" (vb_scan.c) reports the buddy allocator's free blocks where
  *    they are, merged into ranges, without taking them: nothing is
@@ -73,7 +74,8 @@
  * Documentation/guest-driver.md): hint_enabled, hint_mode (auto, scan,
  * alloc), hint_min_order (scan), hint_alloc_min_order (alloc),
  * hint_blocks_per_chain, hint_chains_per_kick, hint_reserve_kb,
- * hint_drop_cache; fault_inject in test builds only (vb_fault.c).
+ * hint_alloc_max_inflight_kb (alloc); fault_inject in test builds only
+ * (vb_fault.c).
  */
 
 #include <linux/module.h>
@@ -121,12 +123,12 @@ MODULE_PARM_DESC(hint_chains_per_kick,
 static uint hint_reserve_kb = 65536;
 module_param(hint_reserve_kb, uint, 0444);
 MODULE_PARM_DESC(hint_reserve_kb,
-		 "Free memory (KiB) hinting never takes (default: 65536)");
+		 "Alloc mode: free memory (KiB) kept in every zone above its high watermark (default: 65536)");
 
-static bool hint_drop_cache;
-module_param(hint_drop_cache, bool, 0444);
-MODULE_PARM_DESC(hint_drop_cache,
-		 "Drop clean page cache before a hint round (default: 0)");
+static uint hint_alloc_max_inflight_kb = VB_ALLOC_INFLIGHT_KB;
+module_param(hint_alloc_max_inflight_kb, uint, 0444);
+MODULE_PARM_DESC(hint_alloc_max_inflight_kb,
+		 "Alloc mode: most block memory (KiB) in flight, not yet used by the device, >= one block of the largest order (default: 262144)");
 
 static struct vb_hint_settings vb_core_defaults;
 
@@ -204,7 +206,7 @@ static int vb_core_check_params(void)
 		.blocks_per_chain = hint_blocks_per_chain,
 		.chains_per_kick = hint_chains_per_kick,
 		.reserve_kb = hint_reserve_kb,
-		.drop_cache = hint_drop_cache,
+		.alloc_max_inflight_kb = hint_alloc_max_inflight_kb,
 	};
 
 	if (vb_sysfs_validate(&s, NULL)) {

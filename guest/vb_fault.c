@@ -12,10 +12,14 @@
  * into a block allocated here and held like any other hinted block.
  * out_of_ram and unmappable point at no guest memory at all.
  *
- * scan_walk, when read, walks all memory as a scan round would, sends
- * nothing, and reports the PFNs walked, the time, the longest zone->lock
- * hold and the free memory found: the cost of the search alone, on any
- * device.
+ * scan_walk, when read, walks all free lists as a scan round would, sends
+ * nothing, and reports the pages of the free blocks taken, the time, the
+ * longest zone->lock hold and the free memory found: the cost of the
+ * search alone, on any device.
+ *
+ * held_blocks, when read, describes the blocks alloc mode holds right now:
+ * how many, how many of their pages are in ZONE_MOVABLE, and the
+ * migratetype of every pageblock they cover (pb_<type>=N).
  *
  * fail_restore accepts a count N: the next N restores (after freeze, suspend
  * or hibernation) fail after the queues were found, the way a failed
@@ -70,7 +74,7 @@ static int vb_fault_queue(struct vb_device *vb, struct vb_hint_chain *c,
 	int err = -ENOSPC;
 
 	/* keep the slot of the STOP id */
-	if (vb_hint_wait_room(vb, descs + 1, false))
+	if (vb_hint_wait_room(vb, descs + 1, ULONG_MAX, false))
 		err = vb_hint_queue(vb, c, sgs, out, in);
 	if (err) {
 		vb_hint_block_list_free(&c->blocks);
@@ -327,6 +331,75 @@ static int vb_fault_walk_show(struct seq_file *m, void *unused)
 
 DEFINE_SHOW_ATTRIBUTE(vb_fault_walk);
 
+#ifdef CONFIG_SPARSEMEM
+static const char * const vb_fault_mt_names[MIGRATE_TYPES] = {
+	[MIGRATE_UNMOVABLE] = "unmovable",
+	[MIGRATE_MOVABLE] = "movable",
+	[MIGRATE_RECLAIMABLE] = "reclaimable",
+	[MIGRATE_HIGHATOMIC] = "highatomic",
+#ifdef CONFIG_CMA
+	[MIGRATE_CMA] = "cma",
+#endif
+#ifdef CONFIG_MEMORY_ISOLATION
+	[MIGRATE_ISOLATE] = "isolate",
+#endif
+};
+
+/* What the held blocks are made of (debugfs held_blocks) */
+struct vb_fault_held {
+	unsigned long blocks;
+	unsigned long pages;
+	unsigned long movable_zone_pages;
+	/* pageblocks covered, by migratetype; [MIGRATE_TYPES]: unknown */
+	unsigned long pageblocks[MIGRATE_TYPES + 1];
+};
+
+static void vb_fault_held_block(struct vb_fault_held *f, struct page *page)
+{
+	unsigned long nr = 1UL << vb_hint_block_order(page);
+	unsigned long pfn = page_to_pfn(page), end = pfn + nr;
+	unsigned int mt;
+
+	f->blocks++;
+	f->pages += nr;
+	if (page_zonenum(page) == ZONE_MOVABLE)
+		f->movable_zone_pages += nr;
+	for (pfn = ALIGN_DOWN(pfn, pageblock_nr_pages); pfn < end;
+	     pfn += pageblock_nr_pages) {
+		mt = vb_compat_pageblock_migratetype(pfn);
+		f->pageblocks[min_t(unsigned int, mt, MIGRATE_TYPES)]++;
+	}
+}
+
+static int vb_fault_held_show(struct seq_file *m, void *unused)
+{
+	struct vb_device *vb = m->private;
+	struct vb_hint *h = &vb->hint;
+	struct vb_fault_held f = {};
+	struct vb_hint_chain *c;
+	struct page *page;
+	int mt;
+
+	spin_lock(&h->lock);
+	list_for_each_entry(c, &h->inflight, node)
+		list_for_each_entry(page, &c->blocks, lru)
+			vb_fault_held_block(&f, page);
+	list_for_each_entry(page, &h->acked, lru)
+		vb_fault_held_block(&f, page);
+	spin_unlock(&h->lock);
+
+	seq_printf(m, "blocks=%lu pages=%lu zone_movable_pages=%lu",
+		   f.blocks, f.pages, f.movable_zone_pages);
+	for (mt = 0; mt < MIGRATE_TYPES; mt++)
+		seq_printf(m, " pb_%s=%lu", vb_fault_mt_names[mt],
+			   f.pageblocks[mt]);
+	seq_printf(m, " pb_unknown=%lu\n", f.pageblocks[MIGRATE_TYPES]);
+	return 0;
+}
+
+DEFINE_SHOW_ATTRIBUTE(vb_fault_held);
+#endif
+
 int vb_fault_init(struct vb_device *vb)
 {
 	if (!vb_fault_root)
@@ -340,6 +413,10 @@ int vb_fault_init(struct vb_device *vb)
 				    vb, &vb_fault_fops);
 		debugfs_create_file("scan_walk", 0400, vb->fault.dir, vb,
 				    &vb_fault_walk_fops);
+#ifdef CONFIG_SPARSEMEM
+		debugfs_create_file("held_blocks", 0400, vb->fault.dir, vb,
+				    &vb_fault_held_fops);
+#endif
 	}
 	return 0;
 }

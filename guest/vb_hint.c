@@ -55,12 +55,6 @@
 #include <linux/ktime.h>
 #include <linux/sched.h>
 #include <linux/sched/cputime.h>
-#include <linux/sched/task.h>
-#include <linux/fs.h>
-#include <linux/fs_struct.h>
-#include <linux/pid.h>
-#include <linux/path.h>
-#include <linux/pagemap.h>
 #include <linux/string.h>
 #include <linux/delay.h>
 
@@ -233,13 +227,25 @@ bool vb_hint_round_must_stop(struct vb_device *vb)
 }
 
 /*
- * Wait for @need free descriptors.  In a round (@in_round) give up as soon
- * as the round must stop, or when no buffer came back for
- * VB_HINT_ROUND_WAIT_MS (the round is then counted as timed out);
- * otherwise (command buffers, faults) wait at most VB_HINT_CMD_WAIT_MS.
- * Returns true when the room is there.
+ * Room to queue a chain: @need free descriptors, and at most @max_inflight
+ * pages in flight.  Caller holds vq_lock, so only it changes inflight_pages.
  */
-bool vb_hint_wait_room(struct vb_device *vb, unsigned int need, bool in_round)
+static bool vb_hint_has_room(struct vb_hint *h, unsigned int need,
+			     unsigned long max_inflight)
+{
+	return h->vq->num_free >= need && h->inflight_pages <= max_inflight;
+}
+
+/*
+ * Wait for @need free descriptors and for the pages in flight to be at most
+ * @max_inflight (ULONG_MAX: no bound; alloc rounds pass their cap).  In a
+ * round (@in_round) give up as soon as the round must stop, or when no
+ * buffer came back for VB_HINT_ROUND_WAIT_MS (the round is then counted as
+ * timed out); otherwise (command buffers, faults) wait at most
+ * VB_HINT_CMD_WAIT_MS.  Returns true when the room is there.
+ */
+bool vb_hint_wait_room(struct vb_device *vb, unsigned int need,
+		       unsigned long max_inflight, bool in_round)
 {
 	struct vb_hint *h = &vb->hint;
 	unsigned long deadline;
@@ -252,12 +258,12 @@ bool vb_hint_wait_room(struct vb_device *vb, unsigned int need, bool in_round)
 	for (;;) {
 		if (vb_hint_vq_dead(vb))
 			return false;
-		if (h->vq->num_free >= need)
+		if (vb_hint_has_room(h, need, max_inflight))
 			return true;
 		if (vb_hint_reap(vb))
 			deadline = jiffies + msecs_to_jiffies(in_round ?
 				   VB_HINT_ROUND_WAIT_MS : VB_HINT_CMD_WAIT_MS);
-		if (h->vq->num_free >= need)
+		if (vb_hint_has_room(h, need, max_inflight))
 			return true;
 		if (in_round && vb_hint_round_must_stop(vb))
 			return false;
@@ -271,7 +277,10 @@ bool vb_hint_wait_room(struct vb_device *vb, unsigned int need, bool in_round)
 		}
 		if (!counted) {
 			spin_lock(&h->lock);
-			h->stats.ring_full_waits++;
+			if (h->vq->num_free < need)
+				h->stats.ring_full_waits++;
+			else
+				h->stats.inflight_waits++;
 			spin_unlock(&h->lock);
 			counted = true;
 		}
@@ -311,7 +320,7 @@ static int vb_hint_send_cmd(struct vb_device *vb, u32 id)
 	struct vb_hint_chain *c;
 	int err;
 
-	if (!vb_hint_wait_room(vb, 1, false))
+	if (!vb_hint_wait_room(vb, 1, ULONG_MAX, false))
 		return -ENOSPC;
 	c = vb_hint_chain_alloc();
 	if (!c)
@@ -383,65 +392,6 @@ bool vb_hint_drain(struct vb_device *vb, unsigned int ms, bool stop_on_cmd,
 	}
 }
 
-/* Best-effort page cache drop (drop_cache knob), see guest-driver.md */
-static void vb_hint_drop_sb(struct super_block *sb, void *arg)
-{
-	unsigned long *dropped = arg;
-	struct inode *inode, *last = NULL;
-
-	spin_lock(&sb->s_inode_list_lock);
-	list_for_each_entry(inode, &sb->s_inodes, i_sb_list) {
-		spin_lock(&inode->i_lock);
-		if ((inode->i_state & (I_FREEING | I_WILL_FREE | I_NEW)) ||
-		    (!inode->i_mapping->nrpages && !need_resched())) {
-			spin_unlock(&inode->i_lock);
-			continue;
-		}
-		/* pin the inode so the list cursor stays valid unlocked */
-		__iget(inode);
-		spin_unlock(&inode->i_lock);
-		spin_unlock(&sb->s_inode_list_lock);
-
-		*dropped += invalidate_mapping_pages(inode->i_mapping, 0, -1);
-		iput(last);
-		last = inode;
-		cond_resched();
-
-		spin_lock(&sb->s_inode_list_lock);
-	}
-	spin_unlock(&sb->s_inode_list_lock);
-	iput(last);
-}
-
-static void vb_hint_drop_cache(struct vb_device *vb)
-{
-	struct task_struct *init;
-	struct path root = {};
-	unsigned long dropped = 0;
-
-	/* the filesystem type of init's root: all its superblocks */
-	rcu_read_lock();
-	init = pid_task(find_vpid(1), PIDTYPE_PID);
-	if (init)
-		get_task_struct(init);
-	rcu_read_unlock();
-	if (!init)
-		return;
-
-	task_lock(init);
-	if (init->fs)
-		get_fs_root(init->fs, &root);
-	task_unlock(init);
-	put_task_struct(init);
-	if (!root.mnt)
-		return;
-
-	iterate_supers_type(root.mnt->mnt_sb->s_type, vb_hint_drop_sb,
-			    &dropped);
-	path_put(&root);
-	dev_dbg(&vb->vdev->dev, "drop_cache: %lu pages invalidated\n", dropped);
-}
-
 /*
  * CPU time of the current task so far, in ns.  A round runs in one work
  * item, so the difference over the round is the vCPU time the round took,
@@ -463,28 +413,11 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 	u64 cpu;
 	int ret;
 
-	if (h->cur.drop_cache)
-		vb_hint_drop_cache(vb);
-
 	mutex_lock(&h->vq_lock);
 	if (vb_hint_vq_dead(vb))
 		goto out_unlock;
 
 	vb_hint_reap(vb);
-
-	/*
-	 * The host issues a command id right after a dirty bitmap sync.  A
-	 * host that does not re-arm its write tracking at the sync (stock
-	 * QEMU under TCG) does not log a store made through a TLB entry that
-	 * was filled before the sync, so a page we report, then reuse, could
-	 * lose that store.  Flushing every CPU's TLB before we look for free
-	 * memory makes every store after this point go through a new entry,
-	 * which such a host logs.  A device that offers HINT_KEEP_WRITES keeps
-	 * those stores itself, so the IPI and the refills it costs every vCPU
-	 * are spared there.
-	 */
-	if (!vb_has(vb, VIRTIO_BALLOON_F_HINT_KEEP_WRITES))
-		vb_compat_flush_tlb_all();
 
 	/* the id becomes active (answered) only once it is queued */
 	ret = vb_hint_send_cmd(vb, cmd_id);

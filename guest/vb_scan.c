@@ -10,135 +10,190 @@
  * content is dead, and whatever the guest writes to it later is the
  * device's to keep.
  *
- * A round walks the PFNs of every populated zone and reports the free
- * buddy blocks (PageBuddy, order in page_private) of order >= min_order.
- * Adjacent free blocks are merged into one range (one descriptor, up to
- * 1 GiB).  Nothing is allocated, zeroed or held.
+ * A round walks the buddy allocator's free lists, not the memory map, so
+ * it costs what it finds: zone->free_area[order].free_list[migratetype] of
+ * every populated zone, for every order from the largest down to
+ * min_order (largest blocks first, over all zones, so a round the host
+ * cuts short has reported the most memory it could), every migratetype but
+ * MIGRATE_ISOLATE (blocks on their way out of the allocator: offlining,
+ * contiguous allocations).  Every block is checked free (PageBuddy, its
+ * order) under zone->lock when it is taken (vb_compat_free_next() in
+ * compat.h, the one reader of buddy state).  Blocks wait as ranges of
+ * pages: a block next to the last range extends it; when the ranges of a
+ * chain are all used they are sorted and adjacent or overlapping ones
+ * merged (up to 1 GiB a range), and only when that frees none are they
+ * queued as one chain.  Nothing is allocated, zeroed or held.
  *
- * Bounded holds.  The buddy state is read under zone->lock, which is taken
- * with IRQs off.  One hold does at most VB_SCAN_STEPS_PER_LOCK steps (a
- * step is one PFN in use or one free block of any order) and ends early
- * when another CPU waits for the lock (spin_needbreak()).  local_clock()
- * around every hold gives the longest one, reported in the counters.
+ * Bounded holds.  zone->lock is taken with IRQs off.  One hold takes at
+ * most VB_SCAN_STEPS_PER_LOCK blocks and ends early when another CPU waits
+ * for the lock (spin_needbreak()).  local_clock() around every hold gives
+ * the longest one, reported in the counters.
  *
- * Coverage.  A round starts where the previous one stopped (node, zone,
- * PFN) and wraps around to it, so rounds cut short by the host (every
- * dirty bitmap sync of a big guest ends one) still cover memory evenly.
+ * A place that survives dropping the lock.  The walk remembers the pfn of
+ * the last block it took from a list.  After the lock is taken again it
+ * goes on after that block only if the block is still a free block of the
+ * same order in the same zone; a block that moved to another migratetype's
+ * list of that order is followed into that list, and the walk of a list
+ * ends at any free list head of the zone.  A block that is no longer free
+ * (allocated, merged, split, offlined) makes the walk start that list
+ * again, at most VB_SCAN_MAX_RESTARTS times, and a list gives at most
+ * twice as many blocks as the zone has room for, so a list that churns
+ * cannot keep a round going forever.  A block taken twice is merged with
+ * its copy when both wait in the same ranges, else sent twice (it was free
+ * both times).
  *
- * Memory hotplug.  Nothing of a PFN's memmap is read before the PFN is
- * known to be in the zone's span (zone_spans_pfn()) and online
- * (pfn_to_online_page(), asked for every PFN under zone->lock: sections
- * and subsections come and go, ZONE_DEVICE has holes).  page_zone() then
- * rules out an overlapping zone.  An offline PFN is stepped over to the
- * end of its subsection, the unit in which online state and memmap
- * validity change.
+ * Coverage.  A round starts at the (order, node, zone) where the previous
+ * one stopped and wraps around, so rounds cut short by the host (every
+ * dirty bitmap sync of a big guest ends one) still cover memory evenly; a
+ * round that finished lets the next one start at the largest order.
+ *
+ * Memory hotplug.  A block on a free list is online: offlining takes free
+ * blocks off the lists under zone->lock.  The remembered pfn is looked up
+ * again with pfn_to_online_page() under the lock before its memmap is read.
  */
 
 #include <linux/mm.h>
 #include <linux/mmzone.h>
-#include <linux/memory_hotplug.h>
 #include <linux/nodemask.h>
 #include <linux/sched.h>
 #include <linux/sched/clock.h>
 #include <linux/spinlock.h>
 #include <linux/log2.h>
+#include <linux/sort.h>
 
 #include "vb.h"
 
-/* Move the open range to the closed ranges (there is room for it) */
-static void vb_scan_close(struct vb_scan_state *sc)
+/* Free lists the walk leaves alone */
+static bool vb_scan_skip_mt(unsigned int mt)
 {
-	unsigned int o;
-
-	if (!sc->nr)
-		return;
-	sc->r_pfn[sc->n] = sc->start;
-	sc->r_nr[sc->n] = sc->nr;
-	sc->n++;
-	for (o = 0; o < VB_HINT_NR_ORDERS; o++) {
-		sc->pend_by_order[o] += sc->open_by_order[o];
-		sc->open_by_order[o] = 0;
-	}
-	sc->nr = 0;
+#ifdef CONFIG_MEMORY_ISOLATION
+	return mt == MIGRATE_ISOLATE;
+#else
+	return false;
+#endif
 }
 
-/* Would a free block at @pfn of @nr pages extend the open range? */
-static bool vb_scan_extends(const struct vb_scan_state *sc, unsigned long pfn,
-			    unsigned long nr)
+/* Start free list @mt of @order in @zone */
+static void vb_scan_list_start(struct vb_scan_state *sc, struct zone *zone,
+			       unsigned int order, unsigned int mt)
 {
-	return sc->nr && sc->start + sc->nr == pfn &&
-	       sc->nr + nr <= VB_SCAN_MAX_RANGE;
+	sc->mt = mt;
+	sc->pfn = VB_COMPAT_LIST_HEAD;
+	sc->restarts = 0;
+	sc->budget = 2 * (zone_managed_pages(zone) >> order) +
+		     VB_SCAN_STEPS_PER_LOCK;
+}
+
+/* Add the free block at @pfn of @order to the ranges (there is room) */
+static void vb_scan_add(struct vb_scan_state *sc, unsigned long pfn,
+			unsigned int order)
+{
+	unsigned long nr = 1UL << order;
+	struct vb_scan_range *r = sc->n ? &sc->r[sc->n - 1] : NULL;
+
+	sc->pend_by_order[order]++;
+	if (r && r->nr + nr <= VB_SCAN_MAX_RANGE) {
+		if (r->pfn + r->nr == pfn) {
+			r->nr += nr;
+			return;
+		}
+		if (pfn + nr == r->pfn) {
+			r->pfn = pfn;
+			r->nr += nr;
+			return;
+		}
+	}
+	sc->r[sc->n].pfn = pfn;
+	sc->r[sc->n].nr = nr;
+	sc->n++;
+}
+
+static int vb_scan_range_cmp(const void *a, const void *b)
+{
+	const struct vb_scan_range *x = a, *y = b;
+
+	return x->pfn < y->pfn ? -1 : x->pfn > y->pfn;
+}
+
+/* Sort the ranges and merge those that touch or overlap (up to 1 GiB) */
+static void vb_scan_compact(struct vb_scan_state *sc)
+{
+	struct vb_scan_range *r = sc->r, *last;
+	unsigned long end;
+	unsigned int i, n = 0;
+
+	if (sc->n < 2)
+		return;
+	sort(r, sc->n, sizeof(*r), vb_scan_range_cmp, NULL);
+	for (i = 1; i < sc->n; i++) {
+		last = &r[n];
+		end = max(last->pfn + last->nr, r[i].pfn + r[i].nr);
+		if (r[i].pfn <= last->pfn + last->nr &&
+		    end - last->pfn <= VB_SCAN_MAX_RANGE) {
+			last->nr = end - last->pfn;
+			continue;
+		}
+		r[++n] = r[i];
+	}
+	sc->n = n + 1;
 }
 
 /*
- * One hold of zone->lock: walk @zone from *@pfnp (below @end) for at most
- * VB_SCAN_STEPS_PER_LOCK steps.  Stops early when the closed ranges are
- * full (the caller queues them) or another CPU wants the lock.  The buddy
- * state only changes under zone->lock, so every block recorded was free
- * at that time.
+ * One hold of zone->lock: take free blocks of @order from the free lists
+ * of @zone, from where the walk is, for at most VB_SCAN_STEPS_PER_LOCK
+ * blocks.  Stops early when the ranges are all used (the caller merges or
+ * queues them) or another CPU wants the lock.  The buddy state only
+ * changes under zone->lock, so every block taken was free at that time.
  */
-static void vb_scan_step(struct vb_device *vb, struct zone *zone,
-			 unsigned long *pfnp, unsigned long end)
+static void vb_scan_hold(struct vb_device *vb, struct zone *zone,
+			 unsigned int order)
 {
 	struct vb_scan_state *sc = &vb->hint.scan;
-	unsigned int min_order = vb->hint.cur.min_order;
-	unsigned long pfn = *pfnp, steps = 0, flags, nr;
-	unsigned int order;
+	unsigned long steps = 0, flags;
 	struct page *page;
 	u64 t0, held;
 
 	t0 = local_clock();
 	spin_lock_irqsave(&zone->lock, flags);
-	while (pfn < end && steps < VB_SCAN_STEPS_PER_LOCK) {
-		if (steps++ && spin_needbreak(&zone->lock))
+	while (sc->mt < MIGRATE_TYPES && sc->n < sc->max) {
+		if (steps && (steps >= VB_SCAN_STEPS_PER_LOCK ||
+			      spin_needbreak(&zone->lock)))
 			break;
-		if (!zone_spans_pfn(zone, pfn)) {
-			pfn = end;	/* the zone shrank */
-			break;
+		if (vb_scan_skip_mt(sc->mt) || !sc->budget) {
+			vb_scan_list_start(sc, zone, order, sc->mt + 1);
+			continue;
 		}
-		page = pfn_to_online_page(pfn);
+		page = vb_compat_free_next(zone, order, sc->mt, &sc->pfn);
+		if (IS_ERR(page)) {
+			/* lost its place in the list: start it again */
+			if (++sc->restarts > VB_SCAN_MAX_RESTARTS)
+				vb_scan_list_start(sc, zone, order, sc->mt + 1);
+			else
+				sc->pfn = VB_COMPAT_LIST_HEAD;
+			continue;
+		}
 		if (!page) {
-			pfn = ALIGN(pfn + 1, PAGES_PER_SUBSECTION);
+			vb_scan_list_start(sc, zone, order, sc->mt + 1);
 			continue;
 		}
-		if (page_zone(page) != zone || !PageBuddy(page)) {
-			pfn++;
-			continue;
-		}
-		order = vb_compat_buddy_order(page);
-		if (order > VB_HINT_MAX_ORDER) {
-			pfn++;
-			continue;
-		}
-		nr = 1UL << order;
-		if (order >= min_order) {
-			if (!vb_scan_extends(sc, pfn, nr)) {
-				if (sc->n == sc->max)
-					break;	/* queue first, then this one */
-				vb_scan_close(sc);
-				sc->start = pfn;
-			}
-			sc->nr += nr;
-			sc->open_by_order[order]++;
-		}
-		pfn += nr;
+		steps++;
+		sc->budget--;
+		vb_scan_add(sc, sc->pfn, order);
+		sc->pfns += 1UL << order;
 	}
 	spin_unlock_irqrestore(&zone->lock, flags);
 	held = local_clock() - t0;
 
-	pfn = min(pfn, end);
-	sc->pfns += pfn - *pfnp;
 	sc->max_hold_ns = max(sc->max_hold_ns, held);
 	sc->holds++;
 	sc->hold_ns += held;
 	sc->hold_hist[min_t(unsigned int, ilog2((held >> 10) | 1),
 			    VB_SCAN_HOLD_HIST - 1)]++;
-	*pfnp = pfn;
 }
 
 /*
- * Queue the closed ranges as one chain.  Returns 0, or -EINTR when the
- * round must stop (the ranges are dropped: nothing is held).
+ * Queue the ranges as one chain.  Returns 0, or -EINTR when the round must
+ * stop (the ranges are dropped: nothing is held).
  */
 static int vb_scan_queue(struct vb_device *vb, unsigned int *chains)
 {
@@ -153,7 +208,7 @@ static int vb_scan_queue(struct vb_device *vb, unsigned int *chains)
 	if (!sc->n)
 		return 0;
 	/* one descriptor per range, plus the slot kept for STOP */
-	if (!vb_hint_wait_room(vb, sc->n + 1, true))
+	if (!vb_hint_wait_room(vb, sc->n + 1, ULONG_MAX, true))
 		return -EINTR;
 	c = vb_hint_chain_alloc();
 	if (!c)
@@ -161,9 +216,9 @@ static int vb_scan_queue(struct vb_device *vb, unsigned int *chains)
 
 	sg_init_table(h->sg, sc->n);
 	for (i = 0; i < sc->n; i++) {
-		sg_set_page(&h->sg[i], pfn_to_page(sc->r_pfn[i]),
-			    sc->r_nr[i] << PAGE_SHIFT, 0);
-		bytes += (u64)sc->r_nr[i] << PAGE_SHIFT;
+		sg_set_page(&h->sg[i], pfn_to_page(sc->r[i].pfn),
+			    sc->r[i].nr << PAGE_SHIFT, 0);
+		bytes += (u64)sc->r[i].nr << PAGE_SHIFT;
 	}
 	/* the token carries no page: nothing is held */
 	c->nr_blocks = sc->n;
@@ -180,43 +235,70 @@ static int vb_scan_queue(struct vb_device *vb, unsigned int *chains)
 	return 0;
 }
 
+#ifdef VB_FAULT_INJECT
+/* The walk of the test build sends nothing: it counts what it would send */
+static void vb_scan_tally(struct vb_scan_state *sc, struct vb_scan_walk *w)
+{
+	unsigned int i;
+
+	for (i = 0; i < sc->n; i++)
+		w->free_pages += sc->r[i].nr;
+	w->ranges += sc->n;
+	sc->n = 0;
+	memset(sc->pend_by_order, 0, sizeof(sc->pend_by_order));
+}
+#else
+static void vb_scan_tally(struct vb_scan_state *sc, struct vb_scan_walk *w)
+{
+}
+#endif
+
 /*
- * Walk [@pfn, @end) of @zone.  On -EINTR the round stops: the next one
- * resumes at the first PFN whose free blocks were not queued.
+ * Walk the free lists of @order in @zone.  The ranges go out as chains, or
+ * into @w (the test build's walk, which ignores the round's stop).
+ * Returns 0, or an error with which the round stops.
  */
-static int vb_scan_zone(struct vb_device *vb, struct zone *zone,
-			unsigned long pfn, unsigned long end,
-			unsigned int *chains, unsigned long *stopped)
+static int vb_scan_order(struct vb_device *vb, struct zone *zone,
+			 unsigned int order, unsigned int *chains,
+			 struct vb_scan_walk *w)
 {
 	struct vb_scan_state *sc = &vb->hint.scan;
-	unsigned long from = pfn;
-	int err = 0;
+	int err;
 
-	while (pfn < end) {
-		if (vb_hint_round_must_stop(vb)) {
-			err = -EINTR;
-			break;
-		}
-		vb_scan_step(vb, zone, &pfn, end);
-		if (sc->n == sc->max) {
-			err = vb_scan_queue(vb, chains);
-			if (err)
-				break;
-		}
+	vb_scan_list_start(sc, zone, order, 0);
+	while (sc->mt < MIGRATE_TYPES) {
+		if (!w && vb_hint_round_must_stop(vb))
+			return -EINTR;
+		vb_scan_hold(vb, zone, order);
 		cond_resched();
+		if (sc->n < sc->max)
+			continue;
+		/* merging must free a quarter of the ranges, else send them */
+		vb_scan_compact(sc);
+		if (sc->n < sc->max && sc->n <= sc->max - sc->max / 4)
+			continue;
+		if (w) {
+			vb_scan_tally(sc, w);
+			continue;
+		}
+		err = vb_scan_queue(vb, chains);
+		if (err)
+			return err;
 	}
-	if (err) {
-		/* what is pending in this zone was not sent: start there */
-		if (sc->n && sc->r_pfn[0] >= from && sc->r_pfn[0] < pfn)
-			pfn = sc->r_pfn[0];
-		else if (sc->nr && sc->start >= from && sc->start < pfn)
-			pfn = sc->start;
-		*stopped = pfn;
-	}
-	return err;
+	return 0;
 }
 
-/* Record the cost of the round that walked sc->pfns PFNs since @t0 */
+/* Start the counters of a walk of all free lists */
+static void vb_scan_begin(struct vb_scan_state *sc, unsigned int max)
+{
+	sc->n = 0;
+	sc->max = max;
+	sc->pfns = 0;
+	sc->max_hold_ns = 0;
+	memset(sc->pend_by_order, 0, sizeof(sc->pend_by_order));
+}
+
+/* Record the cost of the round that started at @t0 */
 static void vb_scan_account(struct vb_device *vb, u64 t0)
 {
 	struct vb_hint *h = &vb->hint;
@@ -231,62 +313,63 @@ static void vb_scan_account(struct vb_device *vb, u64 t0)
 }
 
 /*
- * One scan round: every populated zone of every online node, in (node,
- * zone, PFN) order, starting where the last round stopped and wrapping
- * around to that point.
+ * The @k-th free list group of a round: (order, node, zone), largest order
+ * first, over @per_order = nr_node_ids * MAX_NR_ZONES zones per order.
+ * Returns the zone, or NULL for an offline node or an empty zone.
+ */
+static struct zone *vb_scan_unit(unsigned int k, unsigned int per_order,
+				 int *order, int *nid, int *zid)
+{
+	struct zone *zone;
+
+	*order = VB_HINT_MAX_ORDER - k / per_order;
+	*nid = (k % per_order) / MAX_NR_ZONES;
+	*zid = k % MAX_NR_ZONES;
+	if (!node_online(*nid))
+		return NULL;
+	zone = &NODE_DATA(*nid)->node_zones[*zid];
+	return populated_zone(zone) ? zone : NULL;
+}
+
+/*
+ * One scan round: the free lists of every order >= min_order, largest
+ * first, of every populated zone, starting where the last round stopped
+ * and wrapping around.
  */
 int vb_scan_round(struct vb_device *vb)
 {
 	struct vb_hint *h = &vb->hint;
 	struct vb_scan_state *sc = &h->scan;
-	unsigned int total = nr_node_ids * MAX_NR_ZONES;
-	unsigned int first, k, idx, chains = 0;
-	unsigned long from, to, resume, stopped = 0;
+	unsigned int min_order = h->cur.min_order;
+	unsigned int per_order = nr_node_ids * MAX_NR_ZONES;
+	unsigned int total = (VB_HINT_MAX_ORDER - min_order + 1) * per_order;
+	unsigned int first, k, chains = 0;
 	u64 t0 = local_clock();
+	int order = 0, nid = 0, zid = 0, err = 0;
 	struct zone *zone;
-	int nid, zid, err = 0;
 
-	first = sc->resume_nid * MAX_NR_ZONES + sc->resume_zid;
+	first = sc->resume_depth * per_order + sc->resume_nid * MAX_NR_ZONES +
+		sc->resume_zid;
 	if (first >= total)
 		first = 0;
-	resume = sc->resume_pfn;
-	memset(sc->r_pfn, 0, sizeof(sc->r_pfn));
-	sc->n = 0;
-	sc->nr = 0;
-	sc->pfns = 0;
-	sc->max_hold_ns = 0;
-	memset(sc->open_by_order, 0, sizeof(sc->open_by_order));
-	memset(sc->pend_by_order, 0, sizeof(sc->pend_by_order));
-	sc->max = min(h->cur.blocks_per_chain, h->ring_size - 1);
+	vb_scan_begin(sc, min(h->cur.blocks_per_chain, h->ring_size - 1));
 
-	/* k == total is the start zone again, below the resume PFN */
-	for (k = 0; k <= total && !err; k++) {
-		idx = (first + k) % total;
-		nid = idx / MAX_NR_ZONES;
-		zid = idx % MAX_NR_ZONES;
-		if (!node_online(nid))
+	for (k = 0; k < total && !err; k++) {
+		zone = vb_scan_unit((first + k) % total, per_order, &order,
+				    &nid, &zid);
+		if (!zone)
 			continue;
-		zone = &NODE_DATA(nid)->node_zones[zid];
-		if (!populated_zone(zone))
-			continue;
-		from = zone->zone_start_pfn;
-		to = zone_end_pfn(zone);
-		if (k == 0)
-			from = clamp(resume, from, to);
-		if (k == total)
-			to = clamp(resume, from, to);
-		err = vb_scan_zone(vb, zone, from, to, &chains, &stopped);
-		if (err) {
-			sc->resume_nid = nid;
-			sc->resume_zid = zid;
-			sc->resume_pfn = stopped;
-		}
+		err = vb_scan_order(vb, zone, order, &chains, NULL);
 	}
-	/* the open range may need the room of a full set of closed ones */
-	if (!err && sc->nr && sc->n == sc->max)
-		err = vb_scan_queue(vb, &chains);
-	if (!err) {
-		vb_scan_close(sc);
+	if (err) {
+		sc->resume_depth = VB_HINT_MAX_ORDER - order;
+		sc->resume_nid = nid;
+		sc->resume_zid = zid;
+	} else {
+		sc->resume_depth = 0;
+		sc->resume_nid = 0;
+		sc->resume_zid = 0;
+		vb_scan_compact(sc);
 		err = vb_scan_queue(vb, &chains);
 	}
 	vb_scan_account(vb, t0);
@@ -295,57 +378,33 @@ int vb_scan_round(struct vb_device *vb)
 
 #ifdef VB_FAULT_INJECT
 /*
- * Test builds: walk all memory as a round would, queueing nothing, and
+ * Test builds: walk all free lists as a round would, queueing nothing, and
  * report what the search alone costs (debugfs scan_walk, vb_fault.c).
  * Caller holds vq_lock, so no round runs meanwhile.
  */
 void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w)
 {
 	struct vb_scan_state *sc = &vb->hint.scan;
-	unsigned long pfn, end;
+	unsigned int per_order = nr_node_ids * MAX_NR_ZONES;
+	unsigned int total, k;
 	u64 t0 = local_clock();
+	int order = 0, nid = 0, zid = 0;
 	struct zone *zone;
-	unsigned int i;
-	int nid, zid;
 
 	vb_core_settings_load(vb, &vb->hint.cur);
 	memset(w, 0, sizeof(*w));
-	sc->n = 0;
-	sc->nr = 0;
-	sc->pfns = 0;
-	sc->max_hold_ns = 0;
+	vb_scan_begin(sc, VB_HINT_MAX_BPC);
 	sc->holds = 0;
 	sc->hold_ns = 0;
 	memset(sc->hold_hist, 0, sizeof(sc->hold_hist));
-	sc->max = VB_HINT_MAX_BPC;
-	for_each_online_node(nid) {
-		for (zid = 0; zid < MAX_NR_ZONES; zid++) {
-			zone = &NODE_DATA(nid)->node_zones[zid];
-			if (!populated_zone(zone))
-				continue;
-			pfn = zone->zone_start_pfn;
-			end = zone_end_pfn(zone);
-			while (pfn < end) {
-				vb_scan_step(vb, zone, &pfn, end);
-				if (sc->n == sc->max) {
-					for (i = 0; i < sc->n; i++)
-						w->free_pages += sc->r_nr[i];
-					w->ranges += sc->n;
-					sc->n = 0;
-				}
-				cond_resched();
-			}
-		}
+	total = (VB_HINT_MAX_ORDER - vb->hint.cur.min_order + 1) * per_order;
+	for (k = 0; k < total; k++) {
+		zone = vb_scan_unit(k, per_order, &order, &nid, &zid);
+		if (zone)
+			vb_scan_order(vb, zone, order, NULL, w);
 	}
-	if (sc->nr && sc->n == sc->max)
-		sc->n = 0;
-	vb_scan_close(sc);
-	for (i = 0; i < sc->n; i++)
-		w->free_pages += sc->r_nr[i];
-	w->ranges += sc->n;
-	sc->n = 0;
-	memset(sc->open_by_order, 0, sizeof(sc->open_by_order));
-	memset(sc->pend_by_order, 0, sizeof(sc->pend_by_order));
+	vb_scan_compact(sc);
+	vb_scan_tally(sc, w);
 	w->pfns = sc->pfns;
 	w->ns = local_clock() - t0;
 	w->max_hold_ns = sc->max_hold_ns;

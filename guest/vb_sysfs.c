@@ -63,7 +63,6 @@ static int vb_sysfs_check(struct vb_device *vb, size_t offset,
 		max_bpc = min(max_bpc, ring_size - 1);
 	switch (offset) {
 	case VB_SYSFS_OFF(enabled):
-	case VB_SYSFS_OFF(drop_cache):
 		ok = val <= 1;
 		break;
 	case VB_SYSFS_OFF(mode):
@@ -82,6 +81,9 @@ static int vb_sysfs_check(struct vb_device *vb, size_t offset,
 		break;
 	case VB_SYSFS_OFF(reserve_kb):
 		ok = val <= vb_sysfs_max_reserve_kb();
+		break;
+	case VB_SYSFS_OFF(alloc_max_inflight_kb):
+		ok = val >= VB_ALLOC_MIN_INFLIGHT_KB;
 		break;
 	default:
 		ok = false;
@@ -273,10 +275,10 @@ static struct vb_sysfs_knob vb_sysfs_knobs[7] = {
 	VB_SYSFS_KNOB(blocks_per_chain, blocks_per_chain),
 	VB_SYSFS_KNOB(chains_per_kick, chains_per_kick),
 	VB_SYSFS_KNOB(reserve_kb, reserve_kb),
-	VB_SYSFS_KNOB(drop_cache, drop_cache),
+	VB_SYSFS_KNOB(alloc_max_inflight_kb, alloc_max_inflight_kb),
 };
 
-static struct vb_sysfs_counter vb_sysfs_counters[16] = {
+static struct vb_sysfs_counter vb_sysfs_counters[17] = {
 	VB_SYSFS_COUNTER(rounds, rounds),
 	VB_SYSFS_COUNTER(blocks_hinted, blocks_hinted),
 	VB_SYSFS_COUNTER(ranges_hinted, ranges_hinted),
@@ -285,6 +287,7 @@ static struct vb_sysfs_counter vb_sysfs_counters[16] = {
 	VB_SYSFS_COUNTER(round_bytes, round_bytes),
 	VB_SYSFS_COUNTER(blocks_returned_early, blocks_returned_early),
 	VB_SYSFS_COUNTER(ring_full_waits, ring_full_waits),
+	VB_SYSFS_COUNTER(inflight_waits, inflight_waits),
 	VB_SYSFS_COUNTER(last_round_ns, last_round_ns),
 	VB_SYSFS_COUNTER(last_round_cpu_ns, last_round_cpu_ns),
 	VB_SYSFS_COUNTER(rounds_cpu_ns, rounds_cpu_ns),
@@ -328,6 +331,7 @@ static struct attribute *vb_sysfs_attrs[] = {
 	&vb_sysfs_counters[13].attr.attr,
 	&vb_sysfs_counters[14].attr.attr,
 	&vb_sysfs_counters[15].attr.attr,
+	&vb_sysfs_counters[16].attr.attr,
 	&vb_sysfs_attr_mode.attr,
 	&vb_sysfs_attr_cmd_id.attr,
 	&vb_sysfs_attr_by_order.attr,

@@ -336,8 +336,10 @@ def test_hint_round_counters_scan_mode():
         assert m1["free_kb"] >= m0["free_kb"] - (16 << 10), (m0, m1)
         assert g["blocks_hinted"] == sum(_by_order(g).values()), g
         assert 0 < g["ranges_hinted"] < g["blocks_hinted"], g
-        # the search walked all memory and timed its lock holds
-        assert g["round_pfns"] >= m0["total_kb"] >> 2, g
+        # the search took every free block from the free lists (the pages
+        # it took cover what it sent) and timed its lock holds
+        assert g["round_pfns"] >= (m0["free_kb"] >> 2) * 0.9, (g, m0)
+        assert g["round_pfns"] << 12 >= g["round_bytes"], g
         assert 0 < g["round_max_hold_ns"] <= g["max_hold_ns"], g
         # ... and the vCPU time the round took: some, never more than the
         # round lasted (1 ms for the two clocks' granularity), and counted

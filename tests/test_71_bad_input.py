@@ -17,18 +17,19 @@ COMMON_BAD = ["\n", "abc", "-1", "5x", "1 2", "0x10", "1\n\n", " 1",
               "1.5", "99999999999999999999", "4294967296", "18446744073709551616"]
 KNOB_BAD = {
     "enabled": ["2", "100"],
-    "drop_cache": ["2"],
     "min_order": ["11", "64"],
     "alloc_min_order": ["11", "64"],
     "blocks_per_chain": ["0", "65", "1024"],
     "chains_per_kick": ["0", "257"],
     "reserve_kb": ["4294967295"],          # > total RAM in KiB
+    "alloc_max_inflight_kb": ["0", "4095"],  # < one 4 MiB block
     "mode": ["0", "1", "Auto", "Scan", "allocx", "scan alloc", "+scan"],
 }
-KNOB_GOOD = {"enabled": "1", "drop_cache": "0", "min_order": "3",
+KNOB_GOOD = {"enabled": "1", "min_order": "3",
              "alloc_min_order": "3",
              "blocks_per_chain": "8", "chains_per_kick": "4",
-             "reserve_kb": "0", "mode": "alloc"}
+             "reserve_kb": "0", "alloc_max_inflight_kb": "8192",
+             "mode": "alloc"}
 
 
 def _write_knob(vm, knob, value):
@@ -69,7 +70,8 @@ def test_sysfs_knobs_reject_bad_values():
                       "hint_blocks_per_chain=0",
                       "hint_blocks_per_chain=65", "hint_chains_per_kick=0",
                       "hint_chains_per_kick=257", "hint_enabled=2",
-                      "hint_drop_cache=7", "hint_reserve_kb=4294967295",
+                      "hint_reserve_kb=4294967295",
+                      "hint_alloc_max_inflight_kb=4095",
                       "hint_mode=bogus", "hint_mode="]
         loaded = []
         for p in bad_params:
