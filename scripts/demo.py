@@ -1,26 +1,48 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""make demo: migrate one guest with stale free memory three ways and print
+"""make demo: migrate one guest with stale free memory five ways and print
 the comparison.  TCG timings; bytes are the steadier figure.
 
 The stack is the default one (QEMU 10.0, Linux 6.12), or the one HB_STACK
-names: Debian's QEMU of that version with the in-tree driver of the same
-guest kernel, without and with hinting, against our QEMU and driver (opted
-in to free-page-hint-keep-writes, as a fleet of our hosts is)."""
+names.  Against Debian's QEMU of that version with the in-tree driver of
+the same guest kernel: without hinting (a), with stock hinting (b), with
+free page reporting (r, what operators run instead: the migration starts
+once the guest's reporting has settled); ours (d, our QEMU and driver,
+opted in to free-page-hint-keep-writes as a fleet of our hosts is) and
+ours with reporting also on (d+r).
+
+The summary goes to build/results/demo.json; with PUBLISH=1 also to
+Documentation/results/demo.json, and README.md's result block is made
+from it (scripts/results.py)."""
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hb import harness  # noqa: E402
+import results  # noqa: E402  pylint: disable=wrong-import-position
+
+REPORTING = "free-page-reporting=on"
+
+
+def _settle(src, _dst, res):
+    res["reporting_settle"] = harness.settle_reporting(src)
+
 
 CONFIGS = [
-    ("no hinting (stock QEMU)", dict(src_bin=harness.STOCK_QEMU, hint=False,
-                                     balloon="intree")),
-    ("stock hinting (stock QEMU + in-tree)", dict(src_bin=harness.STOCK_QEMU,
-                                                  hint=True, balloon="intree")),
-    ("ours (our QEMU + our driver)", dict(src_bin=harness.OUR_QEMU, hint=True,
-                                          balloon="ours")),
+    ("a", "no hinting (Debian's QEMU, in-tree driver)",
+     dict(src_bin=harness.STOCK_QEMU, hint=False, balloon="intree")),
+    ("b", "stock hinting (Debian's QEMU, in-tree driver)",
+     dict(src_bin=harness.STOCK_QEMU, hint=True, balloon="intree")),
+    ("r", "free page reporting (Debian's QEMU, in-tree driver)",
+     dict(src_bin=harness.STOCK_QEMU, hint=False, balloon="intree",
+          device_props=REPORTING, before_migrate=_settle)),
+    ("d", "ours (our QEMU, our driver)",
+     dict(src_bin=harness.OUR_QEMU, hint=True, balloon="ours")),
+    ("d+r", "ours with free page reporting also on",
+     dict(src_bin=harness.OUR_QEMU, hint=True, balloon="ours",
+          device_props=REPORTING, before_migrate=_settle)),
 ]
 
 
@@ -29,30 +51,26 @@ def main():
                 f"stock: {harness.STOCK_QEMU}), guest Linux "
                 f"{harness.guest_kver()}")
     rows = []
-    for i, (name, kw) in enumerate(CONFIGS, 1):
-        harness.log(f"demo {i}/{len(CONFIGS)}: {name}: boot, fill 75% of "
-                    "1 GiB with stale data, migrate, verify on destination")
+    for i, (key, name, kw) in enumerate(CONFIGS, 1):
+        harness.log(f"demo {i}/{len(CONFIGS)}: {key}, {name}: boot, fill "
+                    "75% of 1 GiB with stale data, migrate, verify on the "
+                    "destination")
         res = harness.migrate_once(scenario=harness.Scenario("stale"), **kw)
-        rows.append((name, res))
+        rows.append((key, name, res))
         harness.save_json(os.path.join(harness.BUILD, "results",
                                        f"demo-{i}.json"), res)
-    hdr = ("config", "total ms", "transferred MB", "downtime ms",
-           "data intact", "dst kernel errors")
-    table = [hdr]
-    for name, r in rows:
-        table.append((name, str(r.get("total_ms")), str(r.get("transferred_mb")),
-                      str(r.get("downtime_ms")),
-                      {True: "yes", False: "NO", None: "n/a"}[r.get("data_intact")],
-                      str(len(r.get("kernel_errors") or []))))
-    w = [max(len(row[c]) for row in table) for c in range(len(hdr))]
+    summary = results.demo_summary(rows, harness.guest_kver())
+    harness.save_json(os.path.join(harness.BUILD, "results", "demo.json"),
+                      summary)
     print()
-    for j, row in enumerate(table):
-        print(" | ".join(cell.ljust(w[c]) for c, cell in enumerate(row)))
-        if j == 0:
-            print("-+-".join("-" * x for x in w))
-    print("\n(TCG timings on this machine; results in build/results/demo-*.json)")
-    ours = rows[-1][1]
-    return 0 if ours.get("ok") else 1
+    print(results.demo_table(summary))
+    print("\n(TCG timings on this machine; every run in "
+          "build/results/demo-*.json, the summary in build/results/demo.json)")
+    if os.environ.get("PUBLISH") == "1":
+        results.publish_demo(summary)
+        print("published: Documentation/results/demo.json, README.md")
+    ours = [r for k, _, r in rows if k.startswith("d")]
+    return 0 if all(r.get("ok") for r in ours) else 1
 
 
 if __name__ == "__main__":

@@ -137,3 +137,24 @@ def test_qemu_checkpatch_catches_violations():
         assert r.returncode != 0 and "ERROR" in r.stdout, r.stdout
     finally:
         shutil.rmtree(d)
+
+
+@tag("lint")
+def test_readme_results_block_is_made_from_the_committed_summary():
+    """README.md's result block is what scripts/results.py makes from
+    Documentation/results/demo.json, and the check sees a hand edit."""
+    r = sh(f"python3 {TOP}/scripts/results.py check")
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = tempfile.mkdtemp(prefix="hb-readme-")
+    try:
+        for sub in ("scripts", "Documentation"):
+            shutil.copytree(os.path.join(TOP, sub), os.path.join(d, sub))
+        with open(os.path.join(TOP, "README.md")) as f:
+            text = f.read()
+        with open(os.path.join(d, "README.md"), "w") as f:
+            f.write(text.replace(" MB |", " MB (edited) |", 1))
+        r = sh(f"python3 {d}/scripts/results.py check")
+        assert r.returncode == 1 and "differs" in r.stderr, \
+            (r.returncode, r.stderr)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

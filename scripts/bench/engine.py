@@ -1,8 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0
 """Run one benchmark cell once through harness.migrate_once(), under a
 watchdog, with the in-guest probes the report needs: a poll of the hint
-round counters, and for "stale+bw" a memory-bandwidth probe."""
+round counters, and for "stale+bw" a memory-bandwidth probe.  With free
+page reporting, the wait for it to settle (settle_reporting()); "recent"
+frees its stale data right before the migration; "reuse" migrates
+nothing (reuse_once())."""
 import os
+import shutil
+import tempfile
 import threading
 import time
 
@@ -22,6 +27,14 @@ HINT_POLL = ("( d=$(ls -d /sys/bus/virtio/devices/*/free_page_hint | head -1);"
              " done ) > /tmp/hintpoll.out 2>&1 & echo $! > /tmp/hintpoll.pid")
 
 
+# reuse: passes of (settle, write the freed memory again) per run
+REUSE_PASSES = 3
+
+
+rss_anon_kib = harness.rss_anon_kib
+settle_reporting = harness.settle_reporting
+
+
 def _stop_probe(g, name):
     """Stop an in-guest probe loop started with `& echo $! > /tmp/NAME.pid`
     and wait until the loop is gone; returns its output lines."""
@@ -32,10 +45,18 @@ def _stop_probe(g, name):
     return out
 
 
-def make_hooks(workload, balloon):
-    """on_source_ready / on_destination hooks for one run."""
+def make_hooks(workload, balloon, settle=False, multifd=False, stale_mib=0,
+               seed=0):
+    """on_source_ready / before_migrate / on_destination hooks for one
+    run.  settle: wait for free page reporting to settle before the
+    migration; multifd: record the source's zero-page-detection;
+    stale_mib, seed: "recent"'s stale data."""
 
     def on_source_ready(vm, res):
+        if workload == "recent":
+            # stale data written now, freed in before_migrate()
+            res["fill"] = vm.guest.hbwork(
+                f"stale /data/stale {stale_mib} {seed}")
         if balloon == "ours":
             # last_round_ns keeps only the last round; the first round of a
             # migration is the one that hints everything, so watch it.
@@ -60,12 +81,28 @@ def make_hooks(workload, balloon):
         except (IndexError, ValueError):
             pass
 
+    def before_migrate(src, _dst, res):
+        if settle:
+            res["settle"] = settle_reporting(src)
+        if workload == "recent":
+            # one command: free the stale data and read what is free; the
+            # migration starts as soon as it returns
+            t = time.time()
+            _, out = src.guest.run("rm /data/stale && hbwork meminfo")
+            res["freed_before_migrate_ms"] = round((time.time() - t) * 1000)
+            for line in out:
+                if line.startswith("HBWORK "):
+                    res["meminfo_at_migrate"] = harness.parse_kv(line)
+        if multifd:
+            res["zero_page_detection"] = src.qmp(
+                "query-migrate-parameters").get("zero-page-detection")
+
     def on_destination(dst, res):
         if balloon == "ours":
             res["hint_poll"] = _stop_probe(dst.guest, "hintpoll")[-400:]
         if workload == "stale+bw":
             res["bw_slices"] = _stop_probe(dst.guest, "bw")
-    return on_source_ready, on_destination
+    return on_source_ready, before_migrate, on_destination
 
 
 def run_one(cell, rep, our_bin, seed, dst_args=(),
@@ -73,9 +110,14 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
     """One migration of `cell`; returns the harness's result dict with the
     cell, the watchdog's verdict and the wall time added."""
     qemu, balloon, hint, bargs, _ = scenarios.CONFIGS[cell.config]
+    extra = scenarios.extras(cell.config)
     binary = harness.STOCK_QEMU if qemu == "stock" else our_bin
     sc = scenarios.scenario(cell, seed, downtime_limit_ms)
-    src_ready, on_dst = make_hooks(cell.workload, balloon)
+    settle = scenarios.settles(cell)
+    multifd = extra.get("multifd_channels", 0)
+    src_ready, before_mig, on_dst = make_hooks(
+        cell.workload, balloon, settle=settle, multifd=bool(multifd),
+        stale_mib=sc.mem_mib * sc.stale_pct // 100, seed=sc.seed)
     # Watchdog: a guest corrupted by a bad migration can hang in the
     # verification for minutes; end the QEMUs instead, which makes the
     # harness return.  The harness' own dead-guest check does not match
@@ -83,6 +125,10 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
     # command times out: end it once a kernel error has stayed on a
     # console for KERNEL_ERR_GRACE_S.
     limit = 240 + 60 * (cell.mem_mib // 1024)
+    if settle:
+        limit += harness.SETTLE_MAX_S
+    if cell.workload == "reuse":
+        limit += REUSE_PASSES * (harness.SETTLE_MAX_S + 30 * (cell.mem_mib // 1024))
     fired = []
     stop = threading.Event()
 
@@ -108,10 +154,17 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
     t0 = time.time()
     load0 = os.getloadavg()[0]
     try:
-        res = harness.migrate_once(binary, binary, balloon=balloon, hint=hint,
-                                   scenario=sc, balloon_args=bargs,
-                                   timeout=limit, on_source_ready=src_ready,
-                                   on_destination=on_dst, dst_args=dst_args)
+        if cell.workload == "reuse":
+            res = reuse_once(binary, balloon, hint, bargs,
+                             extra.get("device_props", ""), sc)
+        else:
+            res = harness.migrate_once(
+                binary, binary, balloon=balloon, hint=hint, scenario=sc,
+                balloon_args=bargs, device_props=extra.get("device_props", ""),
+                timeout=limit, on_source_ready=src_ready,
+                on_destination=on_dst, dst_args=dst_args,
+                before_migrate=before_mig, multifd_channels=multifd,
+                to_file=cell.workload == "snapshot")
     finally:
         stop.set()
         timer.join(5)
@@ -127,4 +180,60 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
     res["cell"] = dict(cell._asdict(), rep=rep)
     if not res.get("ok") and binary in harness.STOCK_BINARIES:
         harness.drop_workdir(res)   # counted in the report, not debugged
+    return res
+
+
+def reuse_once(binary, balloon, hint, balloon_args, device_props, sc):
+    """The "reuse" cell: boot a guest and prepare it as for stale (its
+    stale data freed), then REUSE_PASSES times: wait until free page
+    reporting has settled (settle_reporting(), for every configuration
+    alike), and write as much memory as the stale data took again (`hbwork
+    fill`: allocate, write every page, free), timed in the guest.  With
+    reporting, the host has discarded that memory, so each write faults it
+    in again; without it, the memory is still there.  No migration; the
+    guest's data is verified in place at the end.  Returns a record like
+    migrate_once()'s, with "reuse": one dict per pass."""
+    workdir = tempfile.mkdtemp(prefix="hb-reuse-",
+                               dir=os.path.join(harness.BUILD, "tmp"))
+    res = {"config": {"src": binary, "balloon": balloon, "hint": hint,
+                      "workload": sc.workload, "mem_mib": sc.mem_mib,
+                      "seed": sc.seed, "smp": sc.smp,
+                      "device_props": device_props,
+                      "balloon_args": balloon_args},
+           "ok": False, "data_intact": None, "kernel_errors": [],
+           "workdir": workdir, "status": "no migration"}
+    vm = harness.VM(workdir, "src", binary, sc.mem_mib, balloon, hint,
+                    balloon_args=balloon_args, device_props=device_props,
+                    smp=sc.smp)
+    mib = sc.mem_mib * sc.stale_pct // 100
+    try:
+        t0 = time.time()
+        vm.boot()
+        res["boot_s"] = round(time.time() - t0, 1)
+        harness.prepare_guest(vm, sc, res)
+        passes = []
+        for i in range(REUSE_PASSES):
+            st = settle_reporting(vm)
+            rss0 = rss_anon_kib(vm)
+            f = vm.guest.hbwork(f"fill {mib} {sc.seed + 7 + i}",
+                                timeout=120 + 30 * (sc.mem_mib >> 10))
+            rss1 = rss_anon_kib(vm)
+            passes.append({"settle": st, "mib": mib, "ms": f.get("ms"),
+                           "rss_before_mib": (rss0 or 0) >> 10,
+                           "rss_after_mib": (rss1 or 0) >> 10})
+        res["reuse"] = passes
+        res["data_intact"] = harness.verify_guest(vm, sc, res)
+        res["kernel_errors"] = (vm.kernel_errors() +
+                                res["verify"].get("dmesg_errors", []))
+        res["ok"] = bool(res["data_intact"] and not res["kernel_errors"])
+    except Exception as exc:  # pylint: disable=broad-except
+        res["error"] = f"{type(exc).__name__}: {exc}"
+        res["kernel_errors"] = res.get("kernel_errors") or vm.kernel_errors()
+    finally:
+        vm.kill()
+        res["qemu_errors"] = {vm.name: vm.qemu_errors()}
+        if any(res["qemu_errors"].values()):
+            res["ok"] = False
+        if res.get("ok"):
+            shutil.rmtree(workdir, ignore_errors=True)
     return res

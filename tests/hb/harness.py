@@ -1414,6 +1414,64 @@ class NonStopGdb:
         self.proc.wait()
 
 
+# Free page reporting has settled once the source QEMU's anonymous RSS (the
+# guest's RAM) fell by less than SETTLE_DROP_MIB over the last
+# SETTLE_QUIET_S: Linux reports at most a share of each free list per pass
+# and starts the next pass 2 s after the last one (PAGE_REPORTING_DELAY),
+# so a quiet window of two delays means no pass is left.  The ticker's
+# 1 MiB every 2 s stays under SETTLE_DROP_MIB.
+SETTLE_QUIET_S = 4.0
+SETTLE_DROP_MIB = 16
+SETTLE_POLL_S = 0.1
+SETTLE_MAX_S = 120
+
+
+def rss_anon_kib(vm):
+    """RssAnon of a VM's QEMU (KiB), None when it is gone."""
+    try:
+        with open(f"/proc/{vm.machine.get_pid()}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except (OSError, TypeError, ValueError):
+        pass
+    return None
+
+
+def settle_reporting(vm):
+    """Wait until free page reporting has settled (SETTLE_*) and return
+    {"settle_s", "rss_start_mib", "rss_end_mib", "drops"}: drops are the
+    (second, MiB) of each fall of the RSS by more than 1 MiB, the passes
+    of reporting seen.  GuestError-free: after SETTLE_MAX_S it returns
+    with "timeout": True."""
+    t0 = time.time()
+    samples = []
+    out = {"drops": []}
+    while True:
+        rss = rss_anon_kib(vm)
+        now = time.time() - t0
+        if rss is None:
+            out["error"] = "QEMU gone"
+            break
+        if samples and samples[-1][1] - rss > 1024:
+            out["drops"].append((round(now, 2),
+                                 (samples[-1][1] - rss) >> 10))
+        samples.append((now, rss))
+        window = [r for t, r in samples if now - t <= SETTLE_QUIET_S]
+        if (now >= SETTLE_QUIET_S and
+                max(window) - rss < SETTLE_DROP_MIB << 10):
+            break
+        if now > SETTLE_MAX_S:
+            out["timeout"] = True
+            break
+        time.sleep(SETTLE_POLL_S)
+    out["settle_s"] = round(time.time() - t0, 2)
+    if samples:
+        out["rss_start_mib"] = samples[0][1] >> 10
+        out["rss_end_mib"] = samples[-1][1] >> 10
+    return out
+
+
 def device_counters(vm):
     """Host-side hint counters from our QEMU (absent on stock)."""
     try:
