@@ -23,15 +23,19 @@ import report  # noqa: E402  pylint: disable=C0413
 import scenarios  # noqa: E402  pylint: disable=C0413
 
 COLORS = {"a": "#7f7f7f", "b": "#d62728", "c": "#ff7f0e", "d": "#2ca02c",
-          "c+drop": "#ffbb78", "d+drop": "#98df8a",
-          "c-alloc": "#c5b0d5", "d-alloc": "#9edae5"}
+          "c-alloc": "#c5b0d5", "d-alloc": "#9edae5",
+          "r": "#1f77b4", "d+r": "#17becf", "a+mf": "#bcbd22",
+          "d+mf": "#8c564b"}
 
 
 def _bars(ax, summ, fig, scale, mem, ylabel, title):
+    # cells with the figure (reuse migrates nothing) or a failed run
+    shown = {k for k, s in summ.items() if k[1] == mem and
+             (s["fails"] or s["completed"].get(fig))}
     wls = [w for w in scenarios.WORKLOAD_ORDER
-           if any(k[0] == w and k[1] == mem for k in summ)]
+           if any(k[0] == w for k in shown)]
     cfgs = [c for c in scenarios.CONFIG_ORDER
-            if any(k[2] == c and k[1] == mem for k in summ)]
+            if any(k[2] == c for k in shown)]
     if not wls:
         return False
     width = 0.8 / max(1, len(cfgs))
@@ -43,7 +47,7 @@ def _bars(ax, summ, fig, scale, mem, ylabel, title):
     for j, cfg in enumerate(cfgs):
         for i, wl in enumerate(wls):
             s = summ.get((wl, mem, cfg))
-            if not s:
+            if not s or (wl, mem, cfg) not in shown:
                 continue
             x = i - 0.4 + width * (j + 0.5)
             v = s["ok"].get(fig)

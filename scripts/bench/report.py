@@ -3,6 +3,7 @@
 per-cell median (min-max), ratios to configuration (b), failures.  Runs
 taken on a tuned host (meta "host_tuned") are labelled so in every
 heading."""
+import json
 import statistics
 
 from hb import harness
@@ -98,6 +99,36 @@ def figures(run):
         f["hops_max_downtime_ms"] = max(
             [f["downtime_ms"] or 0] + [h.get("downtime_ms") or 0
                                        for h in hops])
+    # what the migration started with: the setup phase (our QEMU's
+    # pre-send wait for the first hint round is in it), the guest's free
+    # memory ("recent": read right after its stale data was freed)
+    f["setup_ms"] = _num((run.get("migration") or {}).get("setup-time"))
+    mem = run.get("meminfo_at_migrate") or run.get("meminfo_before") or {}
+    if _num(mem.get("free_kb")) is not None:
+        f["free_mb"] = round(mem["free_kb"] * 1024 / 1e6, 1)
+    if isinstance(dev, dict) and _num(dev.get("hinted-bytes")) is not None:
+        f["host_hinted_mb"] = round(dev["hinted-bytes"] / 1e6, 1)
+    # free page reporting: the wait for it to settle before the migration,
+    # and how much guest RAM the source QEMU gave back meanwhile
+    st = run.get("settle") or {}
+    if _num(st.get("settle_s")) is not None:
+        f["settle_s"] = st["settle_s"]
+        if _num(st.get("rss_start_mib")) is not None:
+            f["reported_mb"] = round((st["rss_start_mib"] -
+                                      st["rss_end_mib"]) * 1.048576, 1)
+    snap = run.get("snapshot") or {}
+    if _num(snap.get("allocated_bytes")) is not None:
+        f["file_mb"] = round(snap["allocated_bytes"] / 1e6, 1)
+        f["restore_ms"] = _num(snap.get("restore_ms"))
+    passes = [p["ms"] for p in run.get("reuse") or [] if _num(p.get("ms"))]
+    if passes:
+        f["reuse_ms"] = statistics.median(passes)
+        f["reuse_first_ms"] = passes[0]
+        grew = [p["rss_after_mib"] - p["rss_before_mib"]
+                for p in run["reuse"] if _num(p.get("rss_after_mib"))]
+        if grew:
+            f["reuse_refault_mb"] = round(statistics.median(grew) * 1.048576,
+                                          1)
     idle = [x for x in run.get("bw_idle") or [] if _num(x)]
     if idle:
         f["bw_idle_mib_s"] = round(statistics.mean(idle), 1)
@@ -185,6 +216,15 @@ FIGS = [
     ("bw_idle_mib_s", "bw idle", "MiB/s", False),
     ("bw_worst_mib_s", "bw worst during", "MiB/s", False),
     ("bw_slowdown_pct", "bw slowdown", "%", False),
+    ("setup_ms", "setup", "ms", False),
+    ("free_mb", "guest free", "MB", False),
+    ("host_hinted_mb", "host hinted", "MB", False),
+    ("settle_s", "reporting settle", "s", False),
+    ("reported_mb", "reported before", "MB", False),
+    ("file_mb", "snapshot file", "MB", True),
+    ("restore_ms", "restore", "ms", True),
+    ("reuse_ms", "rewrite freed", "ms", False),
+    ("reuse_refault_mb", "rewrite refaulted", "MB", False),
 ]
 
 
@@ -266,7 +306,10 @@ def make_table(results):
     lines = []
     tuned = tuned_label(meta)
     lines.append(f"Matrix: {meta.get('mode', '?')} run, {len(runs)} runs, "
-                 f"{meta.get('repeats', '?')} repeat(s) per cell, "
+                 f"{meta.get('repeats', '?')} repeat(s) per cell"
+                 + (f" ({meta['compare_repeats']} in the comparison with "
+                    "free page reporting and multifd)"
+                    if meta.get("compare_repeats") else "") + ", "
                  f"started {meta.get('started', '?')}; **TCG timings**{tuned}.")
     probe = meta.get("fault_ns_per_4k", {})
     if "read_resident_pct" in probe:
@@ -337,7 +380,21 @@ def make_table(results):
                  "QEMU only); bw = `hbwork bandwidth 16 1` slices "
                  "in the guest: idle before the migration, worst slice "
                  "overlapping the migration, slowdown = 1 - worst/idle "
-                 "(stale+bw cells only).  CPU main, migration, iothread, "
+                 "(stale+bw cells only); setup = `setup-time` (our QEMU's "
+                 "pre-send wait is in it); guest free = MemFree when the "
+                 "migration starts (recent: right after its data was "
+                 "freed); host hinted = our QEMU's `hinted-bytes`; "
+                 "reporting settle = the wait until free page reporting "
+                 "settled (r, d+r: the source's RssAnon fell by less "
+                 "than 16 MiB in 4 s), reported before = what the source's "
+                 "RssAnon fell by meanwhile; snapshot file = the mapped-ram "
+                 "file's allocated bytes (st_blocks), its save time is the "
+                 "total time, restore = `migrate-incoming` until the "
+                 "load completed; rewrite freed = the guest's time to "
+                 "write its freed memory again once reporting settled "
+                 "(reuse; median of its passes), rewrite refaulted = "
+                 "what the source's RssAnon grew by meanwhile.  "
+                 "CPU main, migration, iothread, "
                  "vCPUs = source QEMU threads during the migration; CPU "
                  "destination = all threads of the destination QEMU over "
                  "the same time; host CPUs idle = idle share of all the "
@@ -394,6 +451,16 @@ def make_table(results):
 DOWNTIME_SLACK_MS = 10
 FLOOR_FACTOR = 1.15
 TIME_FACTOR = 0.5
+# Against free page reporting (r), medians of the same run: on fresh and
+# stale, total time and bytes no more than r's; on frag and recent, bytes
+# at most R_BYTES_FACTOR x r's; hinting and reporting together (d+r) no
+# slower than the better of d and r; on reuse, d's rewrite of its freed
+# memory within noise of a's (at most the larger of a's slowest run and
+# REUSE_NOISE x a's median), r's shown next to it; bytes hinted during a
+# migration at most HINT_FREE_FACTOR x the guest's free memory.
+R_BYTES_FACTOR = 0.7
+REUSE_NOISE = 1.10
+HINT_FREE_FACTOR = 2
 
 
 def _med(summ, key, label="ok"):
@@ -433,8 +500,62 @@ def targets(summ):
                 wl not in NOTHING_STALE):
             bound = round(b["total_ms"] * TIME_FACTOR)
             checks["time<=0.5b"] = (t, bound, t <= bound)
+        checks.update(reporting_checks(summ, key, d))
         out.append((wl, mem, smp, checks))
     return out
+
+
+def _failed(summ, key):
+    """(value, bound, met) of a check whose reference cell lost data."""
+    s = summ[key]
+    return (f"{key[2]} FAIL {s['fails']}/{s['n']}", None, False)
+
+
+def reporting_checks(summ, key, d):
+    """d's checks against free page reporting in cell `key` (see
+    R_BYTES_FACTOR); a reference cell with a failed data check makes its
+    checks missed."""
+    wl, mem, _, smp = key
+    checks = {}
+    rkey, drkey, akey = ((wl, mem, c, smp) for c in ("r", "d+r", "a"))
+    r = _med(summ, rkey)
+    t, mb = d.get("total_ms"), d.get("transferred_mb")
+    if wl in ("fresh", "stale") and rkey in summ:
+        if summ[rkey]["fails"]:
+            checks["time<=r"] = checks["bytes<=r"] = _failed(summ, rkey)
+        else:
+            if t is not None and r.get("total_ms") is not None:
+                checks["time<=r"] = (t, r["total_ms"], t <= r["total_ms"])
+            if mb is not None and r.get("transferred_mb") is not None:
+                checks["bytes<=r"] = (mb, r["transferred_mb"],
+                                      mb <= r["transferred_mb"])
+    if wl in ("frag", "recent") and rkey in summ:
+        if summ[rkey]["fails"]:
+            checks["bytes<=0.7r"] = _failed(summ, rkey)
+        elif mb is not None and r.get("transferred_mb") is not None:
+            bound = round(r["transferred_mb"] * R_BYTES_FACTOR, 1)
+            checks["bytes<=0.7r"] = (mb, bound, mb <= bound)
+    if drkey in summ and wl != "reuse":
+        if summ[drkey]["fails"]:
+            checks["d+r<=min(d,r)"] = _failed(summ, drkey)
+        else:
+            dr = _med(summ, drkey).get("total_ms")
+            best = [x for x in (t, r.get("total_ms")) if x is not None]
+            if dr is not None and best:
+                checks["d+r<=min(d,r)"] = (dr, min(best), dr <= min(best))
+    if wl == "reuse" and akey in summ and not summ[akey]["fails"]:
+        a = summ[akey]["ok"].get("reuse_ms")
+        v = d.get("reuse_ms")
+        if a and v is not None:
+            bound = max(a[2], a[0] * REUSE_NOISE)
+            note = r.get("reuse_ms")
+            checks["reuse~a"] = (v, bound, v <= bound,
+                                 None if note is None else f"r {_fmt(note)}")
+    hinted, free = d.get("hinted_mb"), d.get("free_mb")
+    if hinted is not None and free:
+        bound = round(free * HINT_FREE_FACTOR, 1)
+        checks["hinted<=2free"] = (hinted, bound, hinted <= bound)
+    return checks
 
 
 def targets_table(summ):
@@ -442,15 +563,24 @@ def targets_table(summ):
     if not rows:
         return []
     names = ["downtime<=a", "downtime<=b+10", "bytes<=1.15floor",
-             "time<=0.5b"]
+             "time<=0.5b", "time<=r", "bytes<=r", "bytes<=0.7r",
+             "d+r<=min(d,r)", "reuse~a", "hinted<=2free"]
+    names = [n for n in names if any(n in c for *_, c in rows)] or names[:4]
     lines = ["### Targets of configuration (d)", "",
              "Per cell, d's median against its bound from the same run: "
              "downtime ≤ (a)'s median and ≤ (b)'s + "
              f"{DOWNTIME_SLACK_MS} ms; bytes ≤ {FLOOR_FACTOR}x the floor "
              "(d on the same size fresh from boot; stale only); total "
              f"time ≤ {TIME_FACTOR}x (b)'s (not for fresh and "
-             "fresh+churn-all, which have nothing to hint).  **no** marks a "
-             "target missed.", "",
+             "fresh+churn-all, which have nothing to hint).  Against free "
+             "page reporting (r): total time and bytes ≤ (r)'s on fresh "
+             f"and stale; bytes ≤ {R_BYTES_FACTOR}x (r)'s on frag and "
+             "recent; d+r's total time ≤ the better of d's and r's; on "
+             "reuse, d's time to rewrite its freed memory ≤ (a)'s slowest "
+             f"run or {REUSE_NOISE}x (a)'s median, whichever is larger "
+             "(noise), r's median next to it; bytes hinted during the "
+             f"migration ≤ {HINT_FREE_FACTOR}x the guest's free memory "
+             "when it started.  **no** marks a target missed.", "",
              "| workload | size | " + " | ".join(
                  n.replace("<=", " ≤ ") for n in names) + " |",
              "|---|---|" + "---|" * len(names)]
@@ -462,9 +592,15 @@ def targets_table(summ):
         else:
             for n in names:
                 c = checks.get(n)
-                row.append("–" if c is None else
-                           f"{_fmt(c[0])} / {_fmt(c[1])}"
-                           + ("" if c[2] else " **no**"))
+                if c is None:
+                    row.append("–")
+                elif isinstance(c[0], str):
+                    row.append(f"**{c[0]}**")
+                else:
+                    row.append(f"{_fmt(c[0])} / {_fmt(c[1])}"
+                               + (f" ({c[3]})" if len(c) > 3 and c[3]
+                                  else "")
+                               + ("" if c[2] else " **no**"))
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     return lines
@@ -489,14 +625,86 @@ def headline(results):
             if v and r and r[0]:
                 parts.append(f"{name} {v[0] / r[0]:.2f}x")
         line = f"{wl} {_size(mem, smp)}: d/b " + ", ".join(parts)
-        ca = summ.get((wl, mem, "a", smp), {})
-        if ca and not ca["fails"]:
-            parts = []
-            for fig, name in (("transferred_mb", "bytes"),
-                              ("total_ms", "time")):
-                v, r = s["ok"].get(fig), ca["ok"].get(fig)
-                if v and r and r[0]:
-                    parts.append(f"{name} {v[0] / r[0]:.2f}x")
-            line += "; d/a " + ", ".join(parts)
+        for other in ("a", "r"):
+            ca = summ.get((wl, mem, other, smp), {})
+            if ca and not ca["fails"]:
+                parts = []
+                for fig, name in (("transferred_mb", "bytes"),
+                                  ("total_ms", "time"),
+                                  ("file_mb", "file"),
+                                  ("reuse_ms", "rewrite")):
+                    v, r = s["ok"].get(fig), ca["ok"].get(fig)
+                    if v and r and r[0]:
+                        parts.append(f"{name} {v[0] / r[0]:.2f}x")
+                line += f"; d/{other} " + ", ".join(parts)
         out.append(line)
     return out
+
+
+# What summary() keeps of each cell.
+SUMMARY_FIGS = ("transferred_mb", "total_ms", "downtime_ms", "setup_ms",
+                "normal_pages", "zero_pages", "dirty_syncs", "cpu_mig_s",
+                "cpu_dst_s", "hinted_mb", "host_hinted_mb", "free_mb",
+                "presend_wait_ms", "settle_s", "reported_mb", "file_mb",
+                "restore_ms", "reuse_ms", "reuse_first_ms",
+                "reuse_refault_mb")
+
+
+def summary(results):
+    """A small record of a run to keep with the docs: what ran (no paths,
+    no host names), every cell's median [min, max] of SUMMARY_FIGS over its
+    intact runs, and d's targets."""
+    meta = results.get("meta", {})
+    summ = summarize(results["runs"])
+    out = {"what": "make bench (scripts/bench): medians [min, max] per "
+                   "cell over its intact runs; TCG timings",
+           "meta": {k: meta.get(k) for k in (
+               "stack", "guest_kernel", "stock_qemu", "our_qemu",
+               "our_qemu_key", "mode", "repeats", "compare_repeats",
+               "started", "elapsed_min", "downtime_limit_ms", "dst_args",
+               "host_tuned", "nproc", "fault_ns_per_4k", "git")},
+           "cells": [], "targets": []}
+    cmd = meta.get("command") or ""
+    out["meta"]["args"] = cmd.split("scripts/bench", 1)[-1].strip()
+    for key in sorted_keys(summ):
+        wl, mem, cfg, smp = key
+        s = summ[key]
+        cell = {"workload": wl, "mem_mib": mem, "config": cfg, "smp": smp,
+                "runs": s["n"], "failed": s["fails"]}
+        for fig in SUMMARY_FIGS:
+            v = s["ok"].get(fig)
+            if v is not None:
+                cell[fig] = [v[0], v[1], v[2]]
+        out["cells"].append(cell)
+    for wl, mem, smp, checks in targets(summ):
+        out["targets"].append({
+            "workload": wl, "mem_mib": mem, "smp": smp,
+            "checks": {n: dict({"value": c[0], "bound": c[1], "met": c[2]},
+                               **({"note": c[3]} if len(c) > 3 and c[3]
+                                  else {}))
+                       for n, c in checks.items()}})
+    return out
+
+
+def compact_json(obj):
+    """JSON text with every cell and target of a summary() on one line."""
+    def one_line(x):
+        return json.dumps(x, sort_keys=True, separators=(", ", ": "))
+
+    def dump(x, ind):
+        pad = " " * ind
+        if isinstance(x, dict) and x and not ("config" in x or
+                                              "checks" in x):
+            return "{\n" + ",\n".join(
+                f"{pad} {json.dumps(k)}: {dump(v, ind + 1)}"
+                for k, v in sorted(x.items())) + f"\n{pad}}}"
+        if isinstance(x, list) and any(isinstance(v, dict) for v in x):
+            return "[\n" + ",\n".join(f"{pad} {dump(v, ind + 1)}"
+                                       for v in x) + f"\n{pad}]"
+        return one_line(x)
+    return dump(obj, 0) + "\n"
+
+
+def summary_json(results):
+    """summary() as JSON text, one line per cell and target."""
+    return compact_json(summary(results))
