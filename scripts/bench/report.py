@@ -37,8 +37,8 @@ def figures(run):
         return round(sum(vals), 3) if vals else None
     if cpu:
         f["cpu_main_s"] = cpu_sum(lambda k: k.startswith("qemu-system"))
-        # the migration thread: "live_migration" in QEMU 7.2,
-        # "mig/src/main" in 10.0
+        # the migration thread: "mig/src/main" in 10.0 ("live_migration"
+        # in QEMUs before 8.2)
         f["cpu_mig_s"] = cpu_sum(lambda k: k in ("live_migration",
                                                  "mig/src/main")) or 0.0
         f["cpu_io_s"] = cpu_sum(lambda k: k == "IO hbio") or 0.0

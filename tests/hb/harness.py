@@ -1040,8 +1040,8 @@ def wait_migration(src, timeout, on_tick=None):
         info = src.qmp("query-migrate")
         st = info.get("status")
         if st == "completed" and not info.get("total-time") and settle < 40:
-            # 7.2 sets status=completed before it computes total-time and
-            # downtime (migration_calculate_complete()): re-read.
+            # Older QEMUs set status=completed before they compute
+            # total-time and downtime: re-read.
             settle += 1
             time.sleep(0.05)
             continue
