@@ -38,7 +38,7 @@ def figures(run):
     if cpu:
         f["cpu_main_s"] = cpu_sum(lambda k: k.startswith("qemu-system"))
         # the migration thread: "mig/src/main" in 10.0 ("live_migration"
-        # in QEMUs before 8.2)
+        # in older QEMUs)
         f["cpu_mig_s"] = cpu_sum(lambda k: k in ("live_migration",
                                                  "mig/src/main")) or 0.0
         f["cpu_io_s"] = cpu_sum(lambda k: k == "IO hbio") or 0.0
