@@ -22,6 +22,14 @@ KEEP_MIB = 192
 PASS_BW = 16 << 20        # bytes/s: a first pass of a few seconds
 
 
+def _counters_when(rig, pred, timeout, what):
+    """The source device's hint counters, once pred(counters) holds."""
+    def ready():
+        c = harness.device_counters(rig.vm)
+        return c if c and pred(c) else None
+    return wait_for(ready, timeout=timeout, what=what)
+
+
 def _free_bytes(res):
     return (res.get("meminfo_before") or {}).get("free_kb", 0) << 10
 
@@ -73,19 +81,16 @@ def test_memory_freed_during_migration_is_hinted_again():
     with Rig("rounds-refill", balloon="ours", mem_mib=MEM) as rig:
         rig.boot()
         rig.start_migration(bw=PASS_BW)
-        first = wait_for(
-            lambda: (lambda c: c if c and c.get("cleared-pages", 0) > 0
-                     and c.get("status") in ("stop", "done") else None)(
-                harness.device_counters(rig.vm)),
-            timeout=120, what="the first round's hints")
+        first = _counters_when(
+            rig, lambda c: c.get("cleared-pages", 0) > 0
+            and c.get("status") in ("stop", "done"),
+            120, "the first round's hints")
         r = rig.vm.guest.hbwork(f"fill {FILL_MIB}")
         assert r.get("rc", 0) == 0, r
         want = FILL_MIB * 256 * 8 // 10
-        later = wait_for(
-            lambda: (lambda c: c if c and c["cleared-pages"] -
-                     first["cleared-pages"] >= want else None)(
-                harness.device_counters(rig.vm)),
-            timeout=240, what=f"a later round clearing {want} pages")
+        later = _counters_when(
+            rig, lambda c: c["cleared-pages"] - first["cleared-pages"] >= want,
+            240, f"a later round clearing {want} pages")
         print(f"    first round cleared {first['cleared-pages']} pages; "
               f"later rounds {later['cleared-pages'] - first['cleared-pages']}"
               f" (the {FILL_MIB} MiB written and freed: {FILL_MIB * 256})")

@@ -80,8 +80,8 @@ def _help_text_names(text):
         if m:
             names.add(m.group(1))
             continue
-        if not ln or ln.endswith(":") or ln[0].isspace() and not \
-                ln.strip() or ln.startswith(("Available", "Supported")):
+        if not ln.strip() or ln.endswith(":") or \
+                ln.startswith(("Available", "Supported")):
             continue
         first = ln.split()[0]
         if re.fullmatch(r"[a-z][A-Za-z0-9_.-]*", first):
@@ -93,11 +93,10 @@ def _hop(rig, binary, label, stock_source):
     """Migrate the rig's guest to `binary` and verify it.  A hop whose
     source is the stock QEMU is a reference for its data: recorded, not
     asserted (its completion is asserted: our destination must accept
-    stock's stream)."""
-    src_is_ours = not stock_source
+    stock's stream).  Returns whether the data arrived intact."""
     info = rig.migrate(binary=binary)
     mb = (info.get("ram") or {}).get("transferred", 0) / MB
-    hinted = rig.hinted_pages() if src_is_ours else None
+    hinted = None if stock_source else rig.hinted_pages()
     if stock_source:
         try:
             rig.verify(label)
@@ -109,7 +108,7 @@ def _hop(rig, binary, label, stock_source):
         record_reference({"ok": ok, "status": info.get("status"),
                           "data_intact": ok}, f"fleet-{label}")
         if not ok:
-            return mb, hinted, False
+            return False
     else:
         rig.verify(label)
         assert hinted > 0, \
@@ -117,7 +116,7 @@ def _hop(rig, binary, label, stock_source):
             f"({rig.last_counters})"
     print(f"    {label}: {mb:.0f} MB, data verified"
           + (f", {hinted} pages hinted away" if hinted is not None else ""))
-    return mb, hinted, True
+    return True
 
 
 def _round_trip(driver, start):
@@ -138,9 +137,8 @@ def _round_trip(driver, start):
             assert rig.stats().get("mode") == "alloc", rig.stats()
         path = [start, other, start]
         for a, b in zip(path, path[1:]):
-            _, _, ok = _hop(rig, bins[b], f"{driver} {a}->{b}",
-                            stock_source=a == "stock")
-            if not ok:
+            if not _hop(rig, bins[b], f"{driver} {a}->{b}",
+                        stock_source=a == "stock"):
                 return
         if driver == "ours":
             s = rig.stats()

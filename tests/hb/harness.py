@@ -395,7 +395,57 @@ _SMAPS_KEYS = {"Size:": "size_kb", "Rss:": "rss_kb",
                "AnonHugePages:": "anon_huge_kb"}
 
 
-class VM:
+class GuestOutput:
+    """What a guest's QEMU leaves to read: the guest's console (file
+    self.console) and QEMU's output (file self.log_path()), and the error
+    lines in them.  Shared by VM and hb.libvirt.Domain."""
+
+    console = None
+
+    def log_path(self):
+        raise NotImplementedError
+
+    def exited(self):
+        """Why the QEMU is gone (a sentence), or None while it runs."""
+        raise NotImplementedError
+
+    def _dead(self):
+        """Why waiting for the guest is pointless, or None: its QEMU is
+        gone, or its console shows a kernel error (which fails the run
+        anyway: do not wait for a guest that may be hung behind it)."""
+        why = self.exited()
+        if why:
+            return why
+        errs = self.kernel_errors()
+        if errs:
+            return f"kernel error on console: {errs[0][:120]}"
+        return None
+
+    def console_text(self):
+        try:
+            with open(self.console, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kernel_errors(self):
+        return [ln for ln in self.console_text().splitlines()
+                if KERNEL_ERROR_RE.search(ln)]
+
+    def guest_errors(self):
+        return [ln for ln in self.console_text().splitlines()
+                if GUEST_ERROR_RE.search(ln)]
+
+    def log_text(self):
+        """What QEMU printed so far (stdout and stderr); "" if nothing."""
+        try:
+            with open(self.log_path(), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+
+class VM(GuestOutput):
     """One QEMU process: a QEMUMachine plus the project's guest plumbing."""
 
     def __init__(self, workdir, name, binary, mem_mib, balloon, hint,
@@ -472,12 +522,6 @@ class VM:
         return self.machine.cmd(cmd, **kwargs) if hasattr(
             self.machine, "cmd") else self.machine.command(cmd, **kwargs)
 
-    def console_text(self):
-        try:
-            with open(self.console, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
 
     def wait_console(self, pattern, timeout=180):
         deadline = time.time() + timeout
@@ -535,21 +579,9 @@ class VM:
                 os.replace(path, path + ".crashed")
         self.relaunched = True
 
-    def guest_errors(self):
-        return [ln for ln in self.console_text().splitlines()
-                if GUEST_ERROR_RE.search(ln)]
-
     def log_path(self):
         """QEMU's stdout/stderr (QEMUMachine's log in the work directory)."""
         return os.path.join(self.workdir, f"{self.name}.log")
-
-    def log_text(self):
-        """What QEMU printed so far (stdout and stderr); "" if nothing."""
-        try:
-            with open(self.log_path(), errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
 
     def log_tail(self, n=2000):
         """The last n characters QEMU printed."""
@@ -564,19 +596,11 @@ class VM:
         return [ln for ln in lines if QEMU_ERROR_RE.search(ln)
                 and not any(re.search(a, ln) for a in allow)]
 
-    def _dead(self):
+    def exited(self):
         if not self.machine.is_running():
             return f"QEMU exited ({self.machine.exitcode()})"
-        errs = self.kernel_errors()
-        if errs:
-            # Any kernel error fails the run anyway: do not wait for a
-            # guest that may be hung behind it.
-            return f"kernel error on console: {errs[0][:120]}"
         return None
 
-    def kernel_errors(self):
-        return [ln for ln in self.console_text().splitlines()
-                if KERNEL_ERROR_RE.search(ln)]
 
     def kill(self):
         self.guest.close()

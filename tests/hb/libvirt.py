@@ -48,7 +48,7 @@ import uuid
 from xml.sax.saxutils import escape, quoteattr
 
 from . import harness
-from .harness import BUILD, KERNEL_ERROR_RE, QEMU_ERROR_RE, Guest
+from .harness import BUILD, QEMU_ERROR_RE, Guest
 
 LIBVIRTD = "/usr/sbin/libvirtd"
 VIRSH = "/usr/bin/virsh"
@@ -418,7 +418,7 @@ def domain_xml(name, binary, mem_mib=1024, smp=2, balloon="ours",
 _TIMESTAMP_RE = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+Z ")
 
 
-class Domain:
+class Domain(harness.GuestOutput):
     """The guest `name` on one host, with what harness.VM offers the
     harness's guest functions (prepare_guest, verify_guest, balloon_stats):
     .guest (the command channel), the console, the QEMU's output."""
@@ -442,12 +442,9 @@ class Domain:
         pid = self.pid()
         return bool(pid) and os.path.exists(f"/proc/{pid}")
 
-    def _dead(self):
+    def exited(self):
         if not self.running():
             return f"the QEMU of {self.name} on host {self.host.name} ended"
-        errs = self.kernel_errors()
-        if errs:
-            return f"kernel error on console: {errs[0][:120]}"
         return None
 
     def state(self):
@@ -460,17 +457,6 @@ class Domain:
     def hmp(self, cmd):
         return self.host.hmp(self.name, cmd)
 
-    def console_text(self):
-        try:
-            with open(self.console, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-    def kernel_errors(self):
-        return [ln for ln in self.console_text().splitlines()
-                if KERNEL_ERROR_RE.search(ln)]
-
     def wait_ready(self, timeout=180):
         """Wait for the guest's command loop (HB READY), then connect."""
         deadline = time.time() + timeout
@@ -482,8 +468,7 @@ class Domain:
                     f"console ends: {self.console_text()[-1500:]!r}; QEMU "
                     f"log ends: {self.log_text()[-1500:]!r}")
             time.sleep(0.2)
-        errs = [ln for ln in self.console_text().splitlines()
-                if harness.GUEST_ERROR_RE.search(ln)]
+        errs = self.guest_errors()
         if errs:
             raise harness.GuestError(f"{self.name}: guest setup failed: "
                                      f"{errs}")
@@ -492,13 +477,6 @@ class Domain:
     def log_path(self):
         """libvirt's log of this QEMU (its command line, then its stderr)."""
         return self.host.host_path(f"/var/log/libvirt/qemu/{self.name}.log")
-
-    def log_text(self):
-        try:
-            with open(self.log_path(), errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
 
     def qemu_errors(self):
         """The lines of QEMU's stderr that report an error
