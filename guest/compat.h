@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * compat.h - every kernel-version difference the driver cares about.
+ * compat.h - every difference between kernels the driver cares about.
  *
- * VB_KVER_NUM is passed by Kbuild as (VERSION << 16) + (PATCHLEVEL << 8) of
- * the kernel we build against, so 6.1 is 0x060100.  The rest of the driver
- * never tests a version; it uses the helpers below.  Supported: Linux 6.1
- * (Debian 12) and 6.12 (Debian 13, bookworm-backports).
+ * Nothing here tests a version number: distribution kernels backport, so
+ * each difference is found in what the kernel offers.  A macro the headers
+ * define is tested with #ifdef; a declaration is probed in the headers by
+ * Kbuild, which passes VB_HAVE_<name> when it finds it.  The rest of the
+ * driver uses the helpers below.  Supported: Linux 6.1 (Debian 12) and
+ * 6.12 (Debian 13, bookworm-backports).
  */
 #ifndef VB_COMPAT_H
 #define VB_COMPAT_H
@@ -13,35 +15,32 @@
 #include <linux/mmzone.h>
 #include <linux/mm.h>
 #include <linux/memory_hotplug.h>
+#include <linux/log2.h>
 #include <linux/err.h>
 #include <linux/shrinker.h>
 #include <linux/page_reporting.h>
 #include <linux/virtio_config.h>
 
-#ifndef VB_KVER_NUM
-#error "VB_KVER_NUM must be set by Kbuild"
-#endif
-
 /*
- * Largest buddy order.  Before 6.4 MAX_ORDER was exclusive, 6.4 made it
- * inclusive and 6.8 renamed it MAX_PAGE_ORDER.
+ * Largest buddy order.  MAX_ORDER was exclusive, then inclusive, then
+ * renamed MAX_PAGE_ORDER; MAX_ORDER_NR_PAGES, the pages of a block of the
+ * largest order, kept its meaning through all of it.
  */
-#if VB_KVER_NUM >= 0x060800
+#ifdef MAX_PAGE_ORDER
 #define VB_MAX_BUDDY_ORDER	MAX_PAGE_ORDER
-#elif VB_KVER_NUM >= 0x060400
-#define VB_MAX_BUDDY_ORDER	MAX_ORDER
 #else
-#define VB_MAX_BUDDY_ORDER	(MAX_ORDER - 1)
+#define VB_MAX_BUDDY_ORDER	ilog2(MAX_ORDER_NR_PAGES)
 #endif
 
 /*
- * Shrinker: embedded struct with a name since 6.0; allocated with
- * shrinker_alloc() since 6.7.  Callers embed a struct vb_compat_shrinker.
+ * Shrinker: an embedded struct registered with a name, or one allocated
+ * with shrinker_alloc() (VB_HAVE_SHRINKER_ALLOC).  Callers embed a struct
+ * vb_compat_shrinker.
  */
 typedef unsigned long (*vb_shrink_fn)(struct shrinker *,
 				     struct shrink_control *);
 
-#if VB_KVER_NUM >= 0x060700
+#ifdef VB_HAVE_SHRINKER_ALLOC
 struct vb_compat_shrinker {
 	struct shrinker *s;
 };
@@ -86,11 +85,7 @@ static inline int vb_compat_shrinker_register(struct vb_compat_shrinker *cs,
 	cs->s.scan_objects = scan;
 	cs->s.seeks = DEFAULT_SEEKS;
 	cs->priv = priv;
-#if VB_KVER_NUM >= 0x060000
 	return register_shrinker(&cs->s, "%s", name);
-#else
-	return register_shrinker(&cs->s);
-#endif
 }
 
 static inline void vb_compat_shrinker_unregister(struct vb_compat_shrinker *cs)
@@ -181,9 +176,9 @@ static inline unsigned int vb_compat_pageblock_migratetype(unsigned long pfn)
 #endif
 
 /*
- * virtio_find_vqs(): parallel arrays of callbacks and names until 6.10, one
- * array of struct virtqueue_info since 6.11.  A NULL name takes no queue
- * index in both forms.
+ * virtio_find_vqs(): parallel arrays of callbacks and names, or one array
+ * of struct virtqueue_info (VB_HAVE_VIRTQUEUE_INFO).  A NULL name takes no
+ * queue index in both forms.
  */
 #define VB_COMPAT_MAX_VQS	8
 
@@ -193,7 +188,7 @@ static inline int vb_compat_find_vqs(struct virtio_device *vdev,
 				     vq_callback_t *callbacks[],
 				     const char *names[])
 {
-#if VB_KVER_NUM >= 0x060b00
+#ifdef VB_HAVE_VIRTQUEUE_INFO
 	struct virtqueue_info info[VB_COMPAT_MAX_VQS] = {};
 	unsigned int i;
 
@@ -206,15 +201,6 @@ static inline int vb_compat_find_vqs(struct virtio_device *vdev,
 	return virtio_find_vqs(vdev, nvqs, vqs, info, NULL);
 #else
 	return virtio_find_vqs(vdev, nvqs, vqs, callbacks, names, NULL);
-#endif
-}
-
-/* page_reporting_dev_info.order exists since 5.14 */
-static inline void vb_compat_pr_set_order(struct page_reporting_dev_info *pr,
-					  unsigned int order)
-{
-#if VB_KVER_NUM >= 0x050e00
-	pr->order = order;
 #endif
 }
 

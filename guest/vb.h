@@ -7,7 +7,7 @@
  * prefixed by its concern: vb_core_ (probe, PM, settings, mode rule),
  * vb_inflate_, vb_stats_, vb_oom_, vb_hint_ (round engine), vb_scan_ and
  * vb_alloc_ (the two searches for free memory), vb_report_, vb_sysfs_,
- * vb_fault_ (test builds only).
+ * vb_debugfs_, vb_fault_ (test builds only).
  */
 #ifndef VB_H
 #define VB_H
@@ -23,6 +23,7 @@
 #include <linux/scatterlist.h>
 #include <linux/balloon_compaction.h>
 #include <linux/page_reporting.h>
+#include <linux/fault-inject.h>
 
 #include "virtio_balloon_wire.h"
 #include "compat.h"
@@ -75,6 +76,8 @@ enum {
 	VB_HINT_F_RETRY,
 	/* system sleep is being prepared: end rounds, start none */
 	VB_HINT_F_PM_PAUSE,
+	/* the active round's STOP id is not queued yet */
+	VB_HINT_F_STOP_OWED,
 };
 
 /* Fault kinds for the host tests (debugfs inject_bad_hints, test builds) */
@@ -104,10 +107,22 @@ enum vb_hint_mode {
 
 /*
  * The settings of one device, owned by vb_core.c: sysfs validates a knob
- * and stores it through vb_core_settings_store(), a round works on a copy
- * taken by vb_core_settings_load() when it starts.  Every member is an
- * unsigned int (vb_sysfs.c walks them by offset).
+ * and stores it through vb_core_settings_set(), a round works on a copy
+ * taken by vb_core_settings_load() when it starts.  A knob names one
+ * member (vb_core_knob()).
  */
+enum vb_knob {
+	VB_KNOB_ENABLED,
+	VB_KNOB_MODE,
+	VB_KNOB_MIN_ORDER,
+	VB_KNOB_ALLOC_MIN_ORDER,
+	VB_KNOB_BLOCKS_PER_CHAIN,
+	VB_KNOB_CHAINS_PER_KICK,
+	VB_KNOB_RESERVE_KB,
+	VB_KNOB_ALLOC_MAX_INFLIGHT_KB,
+	VB_NR_KNOBS,
+};
+
 struct vb_hint_settings {
 	unsigned int enabled;
 	/* requested mode: enum vb_hint_mode, AUTO included */
@@ -136,6 +151,8 @@ struct vb_hint_stats {
 	u64 ring_full_waits;
 	/* alloc: waits for the device because alloc_max_inflight_kb was reached */
 	u64 inflight_waits;
+	/* STOP ids that could not be queued at once and were sent again */
+	u64 stop_retries;
 	u64 last_round_ns;
 	/* CPU time the worker spent in the last round and in all rounds */
 	u64 last_round_cpu_ns;
@@ -239,15 +256,23 @@ struct vb_hint {
 	struct vb_hint_stats stats;
 };
 
+/* A failure point of the test build (vb_fault.c) */
+struct vb_fault_point {
+#ifdef CONFIG_FAULT_INJECTION_DEBUG_FS
+	struct fault_attr attr;
+#else
+	u32 probability;
+	atomic_t times;
+#endif
+};
+
 struct vb_fault_state {
-	/* debugfs directory of this device, NULL if fault_inject=0 */
-	struct dentry *dir;
 	/* bitmap of enum vb_fault pending for the next round */
 	unsigned long pending;
 	/* number of injected faults per kind */
 	atomic64_t injected[VB_FAULT_NR];
-	/* restores left to fail (debugfs fail_restore) */
-	atomic_t fail_restore;
+	struct vb_fault_point fail_restore;
+	struct vb_fault_point fail_stop;
 };
 
 struct vb_device {
@@ -285,7 +310,18 @@ struct vb_device {
 	/* settings (vb_core.c): settings_lock protects them */
 	struct mutex settings_lock;
 	struct vb_hint_settings settings;
-	bool sysfs_registered;
+
+	/*
+	 * Wakeup events (vb_core.c): work queued by an interrupt that system
+	 * sleep must wait for.  wake_lock protects both; wake_pending holds
+	 * the VB_WAKE_* bits not yet picked up by their work.
+	 */
+	spinlock_t wake_lock;
+	unsigned int wake_pending;
+	bool wake_held;
+
+	/* debugfs directory of this device (vb_debugfs.c), or an error */
+	struct dentry *debugfs_dir;
 
 	/* ends hint rounds before the freezer runs */
 	struct notifier_block pm_nb;
@@ -297,10 +333,19 @@ struct vb_device {
 /* vb_core.c: settings and the mode rule */
 void vb_core_default_settings(struct vb_hint_settings *s);
 void vb_core_settings_load(struct vb_device *vb, struct vb_hint_settings *out);
-void vb_core_settings_store(struct vb_device *vb, size_t offset,
-			    unsigned int val);
+unsigned int vb_core_settings_get(const struct vb_hint_settings *s,
+				  enum vb_knob knob);
+void vb_core_settings_set(struct vb_device *vb, enum vb_knob knob,
+			  unsigned int val);
 const char *vb_core_scan_refusal(struct vb_device *vb);
 unsigned int vb_core_hint_mode(struct vb_device *vb, unsigned int requested);
+
+/* vb_core.c: wakeup events of the config and stats interrupts */
+#define VB_WAKE_SIZE	BIT(0)
+#define VB_WAKE_STATS	BIT(1)
+void vb_core_wake_begin(struct vb_device *vb, unsigned int event);
+void vb_core_wake_taken(struct vb_device *vb, unsigned int event);
+void vb_core_wake_end(struct vb_device *vb);
 
 static inline bool vb_has(const struct vb_device *vb, unsigned int fbit)
 {
@@ -369,19 +414,19 @@ struct vb_scan_walk {
 };
 
 void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w);
-int vb_fault_init(struct vb_device *vb);
-void vb_fault_exit(struct vb_device *vb);
-void vb_fault_module_init(void);
-void vb_fault_module_exit(void);
+void vb_fault_init(struct vb_device *vb);
 void vb_fault_inject_round(struct vb_device *vb);
 bool vb_fault_fail_restore(struct vb_device *vb);
+bool vb_fault_fail_stop(struct vb_device *vb);
 #else
-static inline int vb_fault_init(struct vb_device *vb) { return 0; }
-static inline void vb_fault_exit(struct vb_device *vb) { }
-static inline void vb_fault_module_init(void) { }
-static inline void vb_fault_module_exit(void) { }
+static inline void vb_fault_init(struct vb_device *vb) { }
 static inline void vb_fault_inject_round(struct vb_device *vb) { }
 static inline bool vb_fault_fail_restore(struct vb_device *vb)
+{
+	return false;
+}
+
+static inline bool vb_fault_fail_stop(struct vb_device *vb)
 {
 	return false;
 }
@@ -394,9 +439,14 @@ int vb_report_register(struct vb_device *vb);
 void vb_report_unregister(struct vb_device *vb);
 
 /* vb_sysfs.c */
-int vb_sysfs_init(struct vb_device *vb);
-void vb_sysfs_exit(struct vb_device *vb);
+extern const struct attribute_group *vb_sysfs_groups[];
 int vb_sysfs_validate(const struct vb_hint_settings *s, struct vb_device *vb);
 int vb_sysfs_parse_mode(const char *str);
+
+/* vb_debugfs.c */
+void vb_debugfs_init(struct vb_device *vb);
+void vb_debugfs_exit(struct vb_device *vb);
+void vb_debugfs_module_init(void);
+void vb_debugfs_module_exit(void);
 
 #endif /* VB_H */

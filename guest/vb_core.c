@@ -57,13 +57,15 @@
  *
  * Settings: the hint settings of a device (struct vb_hint_settings) are
  * owned here.  Module parameters give their defaults; sysfs validates a
- * knob and stores it with vb_core_settings_store(); a round copies them
- * with vb_core_settings_load() when it starts.
+ * knob and stores it with vb_core_settings_set(); a round copies them
+ * with vb_core_settings_load() when it starts.  The sysfs group is one of
+ * the driver's dev_groups (vb_sysfs.c).
  *
  * Sleep: freeze resets the device and deletes the queues; restore builds
  * them again.  A restore that fails leaves no queue pointer behind, so a
  * later freeze, restore or remove finds a device with no queues.  A PM
- * notifier ends hint rounds before the freezer runs.
+ * notifier ends hint rounds before the freezer runs.  A new balloon target
+ * or stats request holds the device's wakeup source until its work ran.
  *
  * Locking: balloon_lock for inflate/deflate, stop_update_lock against the
  * config interrupt, hint.vq_lock serializes the free page vq, hint.lock
@@ -145,15 +147,102 @@ void vb_core_settings_load(struct vb_device *vb, struct vb_hint_settings *out)
 	mutex_unlock(&vb->settings_lock);
 }
 
-/* Store a validated value into the unsigned int at byte @offset */
-void vb_core_settings_store(struct vb_device *vb, size_t offset,
-			    unsigned int val)
+/* The member of @s that @knob names */
+static unsigned int *vb_core_knob(struct vb_hint_settings *s,
+				  enum vb_knob knob)
 {
-	if (WARN_ON(offset > sizeof(vb->settings) - sizeof(val)))
-		return;
+	switch (knob) {
+	case VB_KNOB_ENABLED:
+		return &s->enabled;
+	case VB_KNOB_MODE:
+		return &s->mode;
+	case VB_KNOB_MIN_ORDER:
+		return &s->min_order;
+	case VB_KNOB_ALLOC_MIN_ORDER:
+		return &s->alloc_min_order;
+	case VB_KNOB_BLOCKS_PER_CHAIN:
+		return &s->blocks_per_chain;
+	case VB_KNOB_CHAINS_PER_KICK:
+		return &s->chains_per_kick;
+	case VB_KNOB_RESERVE_KB:
+		return &s->reserve_kb;
+	case VB_KNOB_ALLOC_MAX_INFLIGHT_KB:
+		return &s->alloc_max_inflight_kb;
+	default:
+		return NULL;
+	}
+}
+
+unsigned int vb_core_settings_get(const struct vb_hint_settings *s,
+				  enum vb_knob knob)
+{
+	struct vb_hint_settings copy = *s;
+	unsigned int *val = vb_core_knob(&copy, knob);
+
+	return val ? *val : 0;
+}
+
+/* Store a value sysfs validated for @knob */
+void vb_core_settings_set(struct vb_device *vb, enum vb_knob knob,
+			  unsigned int val)
+{
+	unsigned int *p;
+
 	mutex_lock(&vb->settings_lock);
-	*(unsigned int *)((char *)&vb->settings + offset) = val;
+	p = vb_core_knob(&vb->settings, knob);
+	if (!WARN_ON(!p))
+		*p = val;
 	mutex_unlock(&vb->settings_lock);
+}
+
+/*
+ * Wakeup events.  The config interrupt (new balloon target) and the stats
+ * request queue work on a freezable workqueue; until that work has run,
+ * system sleep must wait, or the host's request would sit unanswered for
+ * the whole sleep.  The device holds its wakeup source from the interrupt
+ * until every event taken meanwhile was handled.  The balloon cannot wake
+ * the system itself: the transport forwards wakeups, so the device is
+ * marked wakeup capable and user space decides (power/wakeup).
+ */
+void vb_core_wake_begin(struct vb_device *vb, unsigned int event)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&vb->wake_lock, flags);
+	vb->wake_pending |= event;
+	if (!vb->wake_held) {
+		vb->wake_held = true;
+		pm_stay_awake(&vb->vdev->dev);
+	}
+	spin_unlock_irqrestore(&vb->wake_lock, flags);
+}
+
+/* The work of @event runs: a later interrupt must hold the source again */
+void vb_core_wake_taken(struct vb_device *vb, unsigned int event)
+{
+	spin_lock_irq(&vb->wake_lock);
+	vb->wake_pending &= ~event;
+	spin_unlock_irq(&vb->wake_lock);
+}
+
+/* A work item finished: relax once no event is left to handle */
+void vb_core_wake_end(struct vb_device *vb)
+{
+	spin_lock_irq(&vb->wake_lock);
+	if (vb->wake_held && !vb->wake_pending) {
+		vb->wake_held = false;
+		pm_relax(&vb->vdev->dev);
+	}
+	spin_unlock_irq(&vb->wake_lock);
+}
+
+/* Drop the source whatever is pending: the work was cancelled */
+static void vb_core_wake_cancel(struct vb_device *vb)
+{
+	spin_lock_irq(&vb->wake_lock);
+	vb->wake_pending = 0;
+	spin_unlock_irq(&vb->wake_lock);
+	vb_core_wake_end(vb);
 }
 
 /*
@@ -224,6 +313,7 @@ static void vb_core_config_changed(struct virtio_device *vdev)
 
 	spin_lock_irqsave(&vb->stop_update_lock, flags);
 	if (!vb->stop_update) {
+		vb_core_wake_begin(vb, VB_WAKE_SIZE);
 		queue_work(system_freezable_wq, &vb->size_work);
 		vb_hint_config_changed(vb);
 	}
@@ -321,6 +411,8 @@ static void vb_core_teardown(struct vb_device *vb)
 /*
  * Before the freezer runs, end a running hint round: a round waiting for
  * the device must not keep the freezable hint workqueue from freezing.
+ * Restoring a hibernation image freezes tasks too (PM_RESTORE_PREPARE):
+ * the kernel that loads the image ends its rounds the same way.
  */
 static int vb_core_pm_notify(struct notifier_block *nb, unsigned long action,
 			     void *unused)
@@ -330,10 +422,12 @@ static int vb_core_pm_notify(struct notifier_block *nb, unsigned long action,
 	switch (action) {
 	case PM_HIBERNATION_PREPARE:
 	case PM_SUSPEND_PREPARE:
+	case PM_RESTORE_PREPARE:
 		vb_hint_pm_pause(vb, true);
 		break;
 	case PM_POST_HIBERNATION:
 	case PM_POST_SUSPEND:
+	case PM_POST_RESTORE:
 		vb_hint_pm_pause(vb, false);
 		break;
 	}
@@ -391,6 +485,7 @@ static int vb_core_probe(struct virtio_device *vdev)
 	vb->vdev = vdev;
 
 	spin_lock_init(&vb->stop_update_lock);
+	spin_lock_init(&vb->wake_lock);
 	mutex_init(&vb->settings_lock);
 	vb_inflate_init(vb);
 
@@ -412,18 +507,14 @@ static int vb_core_probe(struct virtio_device *vdev)
 	if (err)
 		goto out_oom;
 
-	err = vb_sysfs_init(vb);
-	if (err)
-		goto out_report;
-
-	err = vb_fault_init(vb);
-	if (err)
-		goto out_sysfs;
+	vb_debugfs_init(vb);
+	vb_fault_init(vb);
 
 	err = vb_core_pm_register(vb);
 	if (err)
-		goto out_fault;
+		goto out_debugfs;
 
+	device_set_wakeup_capable(&vdev->dev, true);
 	virtio_device_ready(vdev);
 
 	/*
@@ -437,11 +528,9 @@ static int vb_core_probe(struct virtio_device *vdev)
 		 "scan" : "alloc");
 	return 0;
 
-out_fault:
-	vb_fault_exit(vb);
-out_sysfs:
-	vb_sysfs_exit(vb);
-out_report:
+out_debugfs:
+	vb_debugfs_exit(vb);
+	vb_report_unregister(vb);
 	vb_report_unregister(vb);
 out_oom:
 	vb_oom_unregister(vb);
@@ -460,13 +549,14 @@ static void vb_core_remove(struct virtio_device *vdev)
 	struct vb_device *vb = vdev->priv;
 
 	vb_core_pm_unregister(vb);
-	vb_fault_exit(vb);
-	vb_sysfs_exit(vb);
+	vb_debugfs_exit(vb);
 	vb_report_unregister(vb);
 	vb_oom_unregister(vb);
 	vb_core_stop_updates(vb, true);
 	cancel_work_sync(&vb->size_work);
 	cancel_work_sync(&vb->stats_work);
+	vb_core_wake_cancel(vb);
+	device_set_wakeup_capable(&vdev->dev, false);
 	vb_hint_quiesce(vb);
 
 	vb_core_teardown(vb);
@@ -487,6 +577,7 @@ static int vb_core_freeze(struct virtio_device *vdev)
 	vb_core_stop_updates(vb, true);
 	cancel_work_sync(&vb->size_work);
 	cancel_work_sync(&vb->stats_work);
+	vb_core_wake_cancel(vb);
 	vb_hint_quiesce(vb);
 	vb_core_teardown(vb);
 	return 0;
@@ -540,6 +631,10 @@ static int vb_core_validate(struct virtio_device *vdev)
 	__virtio_clear_bit(vdev, VIRTIO_RING_F_INDIRECT_DESC);
 	__virtio_clear_bit(vdev, VIRTIO_F_ACCESS_PLATFORM);
 
+	/* HINT_KEEP_WRITES qualifies free page hinting and means nothing alone */
+	if (!virtio_has_feature(vdev, VIRTIO_BALLOON_F_FREE_PAGE_HINT))
+		__virtio_clear_bit(vdev, VIRTIO_BALLOON_F_HINT_KEEP_WRITES);
+
 	return 0;
 }
 
@@ -563,6 +658,7 @@ static struct virtio_driver vb_core_driver = {
 	.feature_table_size = ARRAY_SIZE(vb_core_features),
 	.driver.name = KBUILD_MODNAME,
 	.driver.owner = THIS_MODULE,
+	.driver.dev_groups = vb_sysfs_groups,
 	.id_table = vb_core_id_table,
 	.validate = vb_core_validate,
 	.probe = vb_core_probe,
@@ -582,10 +678,10 @@ static int __init vb_core_module_init(void)
 	if (err)
 		return err;
 
-	vb_fault_module_init();
+	vb_debugfs_module_init();
 	err = register_virtio_driver(&vb_core_driver);
 	if (err)
-		vb_fault_module_exit();
+		vb_debugfs_module_exit();
 	return err;
 }
 module_init(vb_core_module_init);
@@ -593,7 +689,7 @@ module_init(vb_core_module_init);
 static void __exit vb_core_module_exit(void)
 {
 	unregister_virtio_driver(&vb_core_driver);
-	vb_fault_module_exit();
+	vb_debugfs_module_exit();
 }
 module_exit(vb_core_module_exit);
 

@@ -4,7 +4,8 @@
  * test module (make VB_FAULT_INJECT=y, which the test image uses); the
  * installed and DKMS modules have none of it.  Module parameter:
  *
- *   fault_inject=1   create /sys/kernel/debug/virtio_balloon/<dev>/
+ *   fault_inject=1   add the files below to the device's debugfs
+ *                    directory, /sys/kernel/debug/virtio_balloon/<dev>/
  *
  * inject_bad_hints accepts one of the names below; the next round sends
  * that malformed hint in addition to the normal ones.  The device is never
@@ -21,9 +22,17 @@
  * how many, how many of their pages are in ZONE_MOVABLE, and the
  * migratetype of every pageblock they cover (pb_<type>=N).
  *
- * fail_restore accepts a count N: the next N restores (after freeze, suspend
- * or hibernation) fail after the queues were found, the way a failed
- * allocation in the restore path would.
+ * Failure points, each a directory: fail_restore makes a restore (after
+ * freeze, suspend or hibernation) fail after the queues were found, the
+ * way a failed allocation in the restore path would; fail_stop makes
+ * sending a round's STOP id fail, the way a full ring or a failed
+ * allocation would.  Where the kernel has the fault-inject framework
+ * (CONFIG_FAULT_INJECTION_DEBUG_FS) each is a struct fault_attr with the
+ * framework's directory (Documentation/fault-injection).  A test writes
+ * 100 to probability and N to times to fail the next N passes.  Kernels
+ * without the framework (Debian's) get a directory with those two files,
+ * which mean the same (probability in percent, times -1 for no limit,
+ * times 1 until written, as the framework).
  */
 
 #include <linux/module.h>
@@ -36,6 +45,7 @@
 #include <linux/sizes.h>
 #include <linux/log2.h>
 #include <linux/nodemask.h>
+#include <linux/random.h>
 
 #include "vb.h"
 
@@ -53,8 +63,6 @@ static const char * const vb_fault_names[VB_FAULT_NR] = {
 	[VB_FAULT_SHORT_CMD] = "short_cmd",
 	[VB_FAULT_UNMAPPABLE] = "unmappable",
 };
-
-static struct dentry *vb_fault_root;
 
 static struct page *vb_fault_alloc_block(unsigned int order)
 {
@@ -209,7 +217,7 @@ void vb_fault_inject_round(struct vb_device *vb)
 	struct vb_fault_state *f = &vb->fault;
 	int kind, err;
 
-	if (!f->dir)
+	if (!READ_ONCE(f->pending))
 		return;
 	/*
 	 * stale_id goes last, just before STOP: a device treats a foreign
@@ -284,31 +292,47 @@ static const struct file_operations vb_fault_fops = {
 	.release = single_release,
 };
 
-static int vb_fault_restore_get(void *data, u64 *val)
+static void vb_fault_point_init(struct vb_fault_point *p, const char *name,
+				struct dentry *dir)
 {
-	struct vb_device *vb = data;
-
-	*val = atomic_read(&vb->fault.fail_restore);
-	return 0;
+#ifdef CONFIG_FAULT_INJECTION_DEBUG_FS
+	p->attr = (struct fault_attr)FAULT_ATTR_INITIALIZER;
+	fault_create_debugfs_attr(name, dir, &p->attr);
+#else
+	dir = debugfs_create_dir(name, dir);
+	p->probability = 0;
+	atomic_set(&p->times, 1);
+	debugfs_create_u32("probability", 0600, dir, &p->probability);
+	debugfs_create_atomic_t("times", 0600, dir, &p->times);
+#endif
 }
 
-static int vb_fault_restore_set(void *data, u64 val)
+/* Does this pass through failure point @p fail? */
+static bool vb_fault_point_fails(struct vb_fault_point *p)
 {
-	struct vb_device *vb = data;
+#ifdef CONFIG_FAULT_INJECTION_DEBUG_FS
+	return should_fail(&p->attr, 1);
+#else
+	u32 prob = READ_ONCE(p->probability);
 
-	if (val > INT_MAX)
-		return -EINVAL;
-	atomic_set(&vb->fault.fail_restore, val);
-	return 0;
+	if (!prob || !atomic_read(&p->times))
+		return false;
+	if (prob < 100 && get_random_u32() % 100 >= prob)
+		return false;
+	if (atomic_read(&p->times) != -1)
+		return atomic_add_unless(&p->times, -1, 0);
+	return true;
+#endif
 }
 
-DEFINE_DEBUGFS_ATTRIBUTE(vb_fault_restore_fops, vb_fault_restore_get,
-			 vb_fault_restore_set, "%llu\n");
-
-/* Should this restore fail?  Counts the restores left to fail down. */
 bool vb_fault_fail_restore(struct vb_device *vb)
 {
-	return atomic_add_unless(&vb->fault.fail_restore, -1, 0);
+	return vb_fault_point_fails(&vb->fault.fail_restore);
+}
+
+bool vb_fault_fail_stop(struct vb_device *vb)
+{
+	return vb_fault_point_fails(&vb->fault.fail_stop);
 }
 
 static int vb_fault_walk_show(struct seq_file *m, void *unused)
@@ -400,41 +424,22 @@ static int vb_fault_held_show(struct seq_file *m, void *unused)
 DEFINE_SHOW_ATTRIBUTE(vb_fault_held);
 #endif
 
-int vb_fault_init(struct vb_device *vb)
+void vb_fault_init(struct vb_device *vb)
 {
-	if (!vb_fault_root)
-		return 0;
-	vb->fault.dir = debugfs_create_dir(dev_name(&vb->vdev->dev),
-					   vb_fault_root);
-	debugfs_create_file_unsafe("fail_restore", 0600, vb->fault.dir, vb,
-				   &vb_fault_restore_fops);
+	struct dentry *dir = vb->debugfs_dir;
+
+	if (!vb_param_fault_inject || IS_ERR_OR_NULL(dir))
+		return;
+	vb_fault_point_init(&vb->fault.fail_restore, "fail_restore", dir);
 	if (vb->hint.wq) {
-		debugfs_create_file("inject_bad_hints", 0600, vb->fault.dir,
-				    vb, &vb_fault_fops);
-		debugfs_create_file("scan_walk", 0400, vb->fault.dir, vb,
+		vb_fault_point_init(&vb->fault.fail_stop, "fail_stop", dir);
+		debugfs_create_file("inject_bad_hints", 0600, dir, vb,
+				    &vb_fault_fops);
+		debugfs_create_file("scan_walk", 0400, dir, vb,
 				    &vb_fault_walk_fops);
 #ifdef CONFIG_SPARSEMEM
-		debugfs_create_file("held_blocks", 0400, vb->fault.dir, vb,
+		debugfs_create_file("held_blocks", 0400, dir, vb,
 				    &vb_fault_held_fops);
 #endif
 	}
-	return 0;
-}
-
-void vb_fault_exit(struct vb_device *vb)
-{
-	debugfs_remove_recursive(vb->fault.dir);
-	vb->fault.dir = NULL;
-}
-
-void vb_fault_module_init(void)
-{
-	if (vb_param_fault_inject)
-		vb_fault_root = debugfs_create_dir(KBUILD_MODNAME, NULL);
-}
-
-void vb_fault_module_exit(void)
-{
-	debugfs_remove_recursive(vb_fault_root);
-	vb_fault_root = NULL;
 }

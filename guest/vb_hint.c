@@ -13,7 +13,9 @@
  * The round ends when the search found all free memory, the host changes
  * the id (STOP or a new id), system sleep is being prepared, or the device
  * returns no buffer for VB_HINT_ROUND_WAIT_MS while we wait for ring room.
- * DONE ends hinting for the migration: every held block goes back.
+ * The STOP that tells the device is retried until it is queued, for as
+ * long as the round's id is the device's (vb_hint_send_stop()).  DONE ends
+ * hinting for the migration: every held block goes back.
  *
  * Which search a round uses is the core's decision (vb_core_hint_mode(),
  * knob "mode", module parameter hint_mode), made again at every round
@@ -68,6 +70,8 @@
 #define VB_HINT_DONE_DRAIN_MS	2000
 /* how long a round waits for ring room with no buffer coming back */
 #define VB_HINT_ROUND_WAIT_MS	2000
+/* how long a round retries its STOP before leaving it to the next buffer */
+#define VB_HINT_STOP_RETRY_MS	1000
 
 /* Blocks: the buddy order lives in page_private() of the first page */
 
@@ -337,6 +341,49 @@ static int vb_hint_send_cmd(struct vb_device *vb, u32 id)
 }
 
 /*
+ * End round @cmd_id for the device: queue STOP.  Its slot is reserved, so
+ * this fails only while buffers the device keeps fill the ring or an
+ * allocation fails; a host waiting for the round would then wait for its
+ * own timeout.  Try again as buffers come back, for as long as @cmd_id is
+ * the device's id (a new id or STOP from the host ends the round anyway);
+ * after VB_HINT_STOP_RETRY_MS leave the STOP owed, and the worker sends it
+ * when the device next uses a buffer.  Caller holds vq_lock.
+ */
+static void vb_hint_send_stop(struct vb_device *vb, u32 cmd_id)
+{
+	unsigned long deadline = jiffies +
+				 msecs_to_jiffies(VB_HINT_STOP_RETRY_MS);
+	struct vb_hint *h = &vb->hint;
+	bool counted = false;
+	int err;
+
+	clear_bit(VB_HINT_F_STOP_OWED, &h->flags);
+	for (;;) {
+		err = vb_fault_fail_stop(vb) ? -ENOMEM :
+		      vb_hint_send_cmd(vb, VIRTIO_BALLOON_CMD_ID_STOP);
+		if (!err)
+			return;
+		if (vb_hint_vq_dead(vb) || vb_hint_cmd_id_received(vb) != cmd_id)
+			return;
+		if (!counted) {
+			spin_lock(&h->lock);
+			h->stats.stop_retries++;
+			spin_unlock(&h->lock);
+			counted = true;
+		}
+		if (time_after(jiffies, deadline))
+			break;
+		vb_hint_wait(vb);
+		vb_hint_reap(vb);
+	}
+	dev_warn_ratelimited(&vb->vdev->dev,
+			     "hint: cannot send stop id: %d, sending it later\n",
+			     err);
+	set_bit(VB_HINT_F_STOP_OWED, &h->flags);
+	vb_hint_retry_on_use(vb);
+}
+
+/*
  * Count one queued chain: @ranges descriptors carrying the free blocks
  * counted per order in @by_order, @bytes in all.
  */
@@ -448,10 +495,7 @@ static void vb_hint_round(struct vb_device *vb, u32 cmd_id)
 
 	vb_fault_inject_round(vb);
 
-	ret = vb_hint_send_cmd(vb, VIRTIO_BALLOON_CMD_ID_STOP);
-	if (ret)
-		dev_warn_ratelimited(&vb->vdev->dev,
-				     "hint: cannot send stop id: %d\n", ret);
+	vb_hint_send_stop(vb, cmd_id);
 
 	vb_hint_drain(vb, VB_HINT_ROUND_DRAIN_MS, true, cmd_id);
 
@@ -479,7 +523,7 @@ static void vb_hint_decline(struct vb_device *vb, u32 cmd_id)
 		vb_hint_reap(vb);
 		if (!vb_hint_send_cmd(vb, cmd_id)) {
 			h->cmd_id_active = cmd_id;
-			vb_hint_send_cmd(vb, VIRTIO_BALLOON_CMD_ID_STOP);
+			vb_hint_send_stop(vb, cmd_id);
 		} else {
 			vb_hint_retry_on_use(vb);
 		}
@@ -522,6 +566,14 @@ static void vb_hint_work_fn(struct work_struct *work)
 		return;
 
 	id = vb_hint_cmd_id_received(vb);
+	if (test_bit(VB_HINT_F_STOP_OWED, &h->flags)) {
+		mutex_lock(&h->vq_lock);
+		if (id == h->cmd_id_active && !vb_hint_vq_dead(vb))
+			vb_hint_send_stop(vb, id);
+		else
+			clear_bit(VB_HINT_F_STOP_OWED, &h->flags);
+		mutex_unlock(&h->vq_lock);
+	}
 	if (id == VIRTIO_BALLOON_CMD_ID_DONE) {
 		vb_hint_done(vb);
 		return;
@@ -710,6 +762,7 @@ void vb_hint_resume(struct vb_device *vb)
 	h->cmd_id_received = VIRTIO_BALLOON_CMD_ID_STOP;
 	h->cmd_id_active = VIRTIO_BALLOON_CMD_ID_STOP;
 	clear_bit(VB_HINT_F_CMD_CHANGED, &h->flags);
+	clear_bit(VB_HINT_F_STOP_OWED, &h->flags);
 	clear_bit(VB_HINT_F_STOPPING, &h->flags);
 }
 

@@ -179,21 +179,22 @@ void vb_inflate_size_work_fn(struct work_struct *work)
 	struct vb_device *vb = container_of(work, struct vb_device, size_work);
 	s64 diff;
 
+	vb_core_wake_taken(vb, VB_WAKE_SIZE);
 	/* no queues after a failed restore */
-	if (!READ_ONCE(vb->inflate_vq))
-		return;
-	diff = vb_inflate_towards_target(vb);
-	if (!diff)
-		return;
+	diff = READ_ONCE(vb->inflate_vq) ? vb_inflate_towards_target(vb) : 0;
+	if (diff) {
+		if (diff > 0)
+			diff -= vb_inflate_fill(vb, diff);
+		else
+			diff += vb_inflate_leak(vb, -diff);
+		vb_inflate_update_actual(vb);
+	}
 
-	if (diff > 0)
-		diff -= vb_inflate_fill(vb, diff);
-	else
-		diff += vb_inflate_leak(vb, -diff);
-	vb_inflate_update_actual(vb);
-
+	/* more to do: the wakeup source stays held for the next pass */
 	if (diff)
 		queue_work(system_freezable_wq, work);
+	else
+		vb_core_wake_end(vb);
 }
 
 /* Give every ballooned page back (remove/freeze) */
@@ -389,8 +390,10 @@ void vb_stats_request(struct virtqueue *vq)
 	struct vb_device *vb = vq->vdev->priv;
 
 	spin_lock(&vb->stop_update_lock);
-	if (!vb->stop_update)
+	if (!vb->stop_update) {
+		vb_core_wake_begin(vb, VB_WAKE_STATS);
 		queue_work(system_freezable_wq, &vb->stats_work);
+	}
 	spin_unlock(&vb->stop_update_lock);
 }
 
@@ -399,10 +402,11 @@ void vb_stats_work_fn(struct work_struct *work)
 	struct vb_device *vb = container_of(work, struct vb_device, stats_work);
 	unsigned int num, len;
 
+	vb_core_wake_taken(vb, VB_WAKE_STATS);
 	num = vb_stats_update(vb);
-	if (!vb->stats_vq || !virtqueue_get_buf(vb->stats_vq, &len))
-		return;
-	vb_stats_send(vb, num);
+	if (vb->stats_vq && virtqueue_get_buf(vb->stats_vq, &len))
+		vb_stats_send(vb, num);
+	vb_core_wake_end(vb);
 }
 
 /* Deflate on OOM */

@@ -84,7 +84,7 @@ int vb_report_register(struct vb_device *vb)
 	 * (order 5) blocks instead, as the in-tree driver does.
 	 */
 	if (IS_ENABLED(CONFIG_ARM64) && PAGE_SHIFT == 16)
-		vb_compat_pr_set_order(&vb->pr_dev_info, 5);
+		vb->pr_dev_info.order = 5;
 
 	err = page_reporting_register(&vb->pr_dev_info);
 	if (err)

@@ -9,7 +9,7 @@ import tempfile
 
 from hb import harness
 from hb.hostfiles import dkms_version, installed_module
-from hb.rigs import BootedGuest
+from hb.rigs import BootedGuest, held_parts, nothing_held
 from hb.testlib import (BUILD, CURRENT, TOP, assert_intact, migrate,
                         need_ours, our_keep_writes_qemu, qemu_bin, sh, tag)
 from hb.testlib import wait_for as _wait
@@ -293,9 +293,9 @@ def test_hint_round_counters_with_stock_qemu_alloc_mode():
         vm.guest.hbwork("fill 600 5")
         free0 = _meminfo(vm)["free_kb"]
         g = _stock_round(vm)
-        g = _wait(lambda: (lambda st: st if st.get("held_pages") ==
-                           "inflight:0,acked:%d" % (st["bytes_hinted"] >> 12)
-                           else None)(_stats(vm)), 60, "every block acked")
+        g = _wait(lambda: (lambda st: st if held_parts(st) == {
+            "inflight": 0, "acked": st["bytes_hinted"] >> 12} else None)(
+                _stats(vm)), 60, "every block acked")
         assert g["mode"] == "alloc", g
         assert g["bytes_hinted"] >= 400 << 20, g
         assert g["blocks_hinted"] == sum(_by_order(g).values()), g
@@ -304,8 +304,8 @@ def test_hint_round_counters_with_stock_qemu_alloc_mode():
         assert g["ranges_hinted"] == g["blocks_hinted"], g
         assert _meminfo(vm)["free_kb"] < free0 - (400 << 10)
         vm.qmp("migrate_cancel")
-        _wait(lambda: _stats(vm).get("held_pages") == "inflight:0,acked:0",
-              60, "DONE to give every block back")
+        _wait(lambda: nothing_held(_stats(vm)), 60,
+              "DONE to give every block back")
         _wait(lambda: _meminfo(vm)["free_kb"] >= free0 - 16 * 1024, 60,
               "MemFree back")
 
@@ -329,7 +329,7 @@ def test_hint_round_counters_scan_mode():
         g = _stock_round(vm)
         m1 = _meminfo(vm)
         assert g["mode"] == "scan", g
-        assert g["held_pages"] == "inflight:0,acked:0", g
+        assert nothing_held(g), g
         # everything free was reported (the guest's own churn aside) ...
         assert g["round_bytes"] >= (m0["free_kb"] << 10) * 0.9, (g, m0)
         # ... and nothing was taken from the guest

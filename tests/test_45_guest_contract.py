@@ -9,7 +9,7 @@ import os
 import time
 
 from hb import harness
-from hb.rigs import BootedGuest
+from hb.rigs import BootedGuest, held, held_parts, nothing_held
 from hb.testlib import (CURRENT, assert_intact, migrate, need_ours,
                         our_keep_writes_qemu, tag)
 from hb.testlib import wait_for as _wait
@@ -42,9 +42,9 @@ class Guest(BootedGuest):
 
     def __init__(self, series, binary=None, mem=1024,
                  balloon_args="fault_inject=1", extra_args=(),
-                 kernel_args=""):
+                 kernel_args="", hint=True):
         _need(series)
-        super().__init__("ct", binary or harness.STOCK_QEMU, mem, "ours", True,
+        super().__init__("ct", binary or harness.STOCK_QEMU, mem, "ours", hint,
                          kernel=harness.guest_kernel(series),
                          initrd=harness.guest_initrd(series),
                          balloon_args=balloon_args, extra_args=extra_args,
@@ -192,8 +192,8 @@ def test_freeze_restore_with_round_in_flight():
             assert _dmesg(vm, "PM: suspend exit"), series
             assert not _dmesg(vm, "Freezing .* failed|restore failed"), series
             _cancel(vm)
-            _wait(lambda: harness.balloon_stats(vm).get("held_pages") ==
-                  "inflight:0,acked:0", 60, "no block held")
+            _wait(lambda: nothing_held(harness.balloon_stats(vm)), 60,
+                  "no block held")
             _balloon_works(vm, series)
 
 
@@ -205,8 +205,9 @@ def test_failed_restore_leaves_no_dangling_queue():
     deflates and hints again."""
     for series in SERIES:
         with Guest(series) as vm:
-            vm.guest.run(f"for f in {DEBUGFS}/*/fail_restore; do "
-                         "echo 1 > $f; done")
+            vm.guest.run(f"for d in {DEBUGFS}/*/fail_restore; do "
+                         "echo 100 > $d/probability; echo 1 > $d/times; "
+                         "done")
             _start_round(vm)
             _sleep_cycle(vm)
             assert _dmesg(vm, "restore failed: -5"), series
@@ -217,9 +218,134 @@ def test_failed_restore_leaves_no_dangling_queue():
             _cancel(vm)
             out = _sleep_cycle(vm)
             assert "rc=0" in out, (series, out)
-            _, cnt = vm.guest.run(f"cat {DEBUGFS}/*/fail_restore")
+            _, cnt = vm.guest.run(f"cat {DEBUGFS}/*/fail_restore/times")
             assert cnt == ["0"], cnt
             _balloon_works(vm, series)
+
+
+def _fault_point(vm, name, times):
+    """Fail the next `times` passes through fault point `name` of the test
+    build (-1: every pass; 0: none), as the kernel's fault-inject
+    framework reads probability and times."""
+    vm.guest.run(f"for d in {DEBUGFS}/*/{name}; do "
+                 f"echo 100 > $d/probability; echo {times} > $d/times; done")
+
+
+@tag("driver", "contract", "faults")
+def test_stop_is_sent_again_when_it_cannot_be_queued():
+    """A round's STOP id that cannot be queued (fault point fail_stop: the
+    way a ring full of buffers the device keeps, or a failed allocation,
+    fails it) is sent again while the round's id is the device's.  Our
+    QEMU waits for STOP before it sends RAM (pre-send wait): with one
+    failed attempt the wait ends without timing out and stop_retries
+    counts the round; with every attempt failing, the detector this test
+    relies on fires: the wait runs into its timeout and the kernel log
+    says the STOP is owed."""
+    binary = our_keep_writes_qemu()
+    for series in SERIES:
+        with Guest(series, binary) as vm:
+            _fault_point(vm, "fail_stop", 1)
+            _start_round(vm)
+            s = _wait(lambda: (lambda st: st if st.get("last_round_ns", 0)
+                               else None)(harness.balloon_stats(vm)), 60,
+                      "the round to end")
+            c = _wait(lambda: (lambda d: d if d.get("presend-waits", 0)
+                               else None)(harness.device_counters(vm)), 60,
+                      "the pre-send wait to end")
+            assert s["stop_retries"] == 1 and s["rounds_timed_out"] == 0, \
+                (series, s)
+            assert c["presend-timeouts"] == 0, (series, c)
+            _, left = vm.guest.run(f"cat {DEBUGFS}/*/fail_stop/times")
+            assert left == ["0"], (series, left)
+            assert not _dmesg(vm, "cannot send stop id"), series
+            _cancel(vm)
+
+            # every attempt fails: nothing tells the device the round ended
+            _fault_point(vm, "fail_stop", -1)
+            r0 = s["rounds"]
+            _start_round(vm)
+            c = _wait(lambda: (lambda d: d if d["presend-timeouts"] > 0
+                               else None)(harness.device_counters(vm)), 60,
+                      "the pre-send wait to time out")
+            s = harness.balloon_stats(vm)
+            assert s["rounds"] == r0 + 1 and s["stop_retries"] >= 2, \
+                (series, s)
+            assert _dmesg(vm, "cannot send stop id: -12, sending it later"), \
+                series
+            _fault_point(vm, "fail_stop", 0)
+            _cancel(vm)
+            _wait(lambda: nothing_held(harness.balloon_stats(vm)), 60,
+                  "DONE to end hinting")
+            CURRENT.add("faults", 2)
+
+
+@tag("driver", "contract")
+def test_sysfs_group_only_with_hinting():
+    """The free_page_hint group is one of the driver's dev_groups: on a
+    device with hinting every file holds one value on one line; on a
+    device without it the group shows no file (6.12 hides the directory
+    too; 6.1, which cannot hide a named group, shows it empty).  The
+    blocks hinted per order are in debugfs, one order per line."""
+    for series in SERIES:
+        with Guest(series, hint=False) as vm:
+            f = harness.balloon_features(vm)
+            assert f[FREE_PAGE_HINT_BIT] == "0", (series, f)
+            _, out = vm.guest.run(
+                "d=$(ls -d /sys/bus/virtio/devices/*/free_page_hint "
+                "2>/dev/null); echo \"dir=$d\"; [ -n \"$d\" ] && ls -A $d; "
+                f"ls {DEBUGFS}/*/; true")
+            if series == "6.1":
+                assert out[0].startswith("dir=/sys/") and \
+                    not [x for x in out[1:] if x and not x.startswith(
+                        ("fail_restore", DEBUGFS))], (series, out)
+            else:
+                assert out[0] == "dir=", (series, out)
+            assert not [x for x in out if "blocks_by_order" in x], out
+        with Guest(series) as vm:
+            d = _dir(vm)
+            _, out = vm.guest.run(f"for f in {d}/*; do "
+                                  "echo \"$(wc -l < $f) $(wc -w < $f) $f\"; "
+                                  "done")
+            bad = [x for x in out if not x.startswith("1 1 ")]
+            assert len(out) > 20 and not bad, (series, bad)
+            _, lines = vm.guest.run(f"cat {DEBUGFS}/*/blocks_by_order")
+            assert [x.split()[0] for x in lines] == \
+                [str(o) for o in range(len(lines))] and \
+                len(lines) == 11, (series, lines)
+
+
+@tag("driver", "contract")
+def test_balloon_target_holds_the_wakeup_source():
+    """A new balloon target holds the device's wakeup source until the
+    inflate work has run (system sleep waits for it), then lets it go: the
+    device is wakeup capable, and once wakeup is enabled each change of
+    target activates the source once and leaves it inactive."""
+    for series in SERIES:
+        with Guest(series) as vm:
+            pw = "/sys/bus/virtio/devices/*/power"
+            _, out = vm.guest.run(
+                f"for p in {pw}; do [ $(cat $p/../device) = 0x0005 ] && "
+                "cat $p/wakeup; done; true")
+            assert out == ["disabled"], (series, out)
+            vm.guest.run(f"for p in {pw}; do [ $(cat $p/../device) = 0x0005 ] && "
+                         "echo enabled > $p/wakeup; done; true")
+
+            def wake():
+                _, o = vm.guest.run(
+                    f"for p in {pw}; do [ $(cat $p/../device) = 0x0005 ] && "
+                    "echo $(cat $p/wakeup_active_count) "
+                    "$(cat $p/wakeup_active); done; true")
+                return tuple(int(x) for x in o[0].split())
+            n0, _ = wake()
+            for i, target in enumerate((768, 1024)):
+                vm.qmp("balloon", value=target << 20)
+                _wait(lambda t=target: vm.qmp("query-balloon")["actual"] ==
+                      t << 20, 60, f"balloon at {target} MiB")
+                n, active = _wait(lambda k=i: (lambda w: w if w[1] == 0 and
+                                               w[0] > n0 + k else None)(
+                                                   wake()), 30,
+                                  "the wakeup source to be let go")
+                assert n >= n0 + i + 1 and active == 0, (series, n0, n)
 
 
 # The DIMM's memory blocks (it is plugged at 4 GiB, above the boot RAM)
@@ -307,7 +433,7 @@ def _wait_held(vm):
     set) and holds blocks."""
     def ended():
         s = harness.balloon_stats(vm)
-        h = sum(int(x.split(":")[1]) for x in s["held_pages"].split(","))
+        h = held(s)
         return s if s.get("last_round_ns", 0) > 0 and h > 0 else None
     return _wait(ended, 180, "an alloc round to end holding its blocks")
 
@@ -346,7 +472,7 @@ def test_alloc_round_leaves_movable_memory_offlinable():
             hb = _kv(out[0])
             z1 = _zoneinfo(vm)
             print(f"    {series}: held {hb['pages'] >> 8} MiB in "
-                  f"{hb['blocks']} blocks, {st['held_pages']}; {out[0]}",
+                  f"{hb['blocks']} blocks, {held_parts(st)}; {out[0]}",
                   flush=True)
             assert hb["pages"] >= 400 << 8, (series, hb, st)
             assert hb["zone_movable_pages"] == 0, (series, hb)
@@ -370,14 +496,14 @@ def test_alloc_round_leaves_movable_memory_offlinable():
             assert states == ["offline"] * len(blocks), (series, rc, out,
                                                          states)
             s = harness.balloon_stats(vm)
-            assert s["held_pages"] == st["held_pages"], (series, st, s)
+            assert held_parts(s) == held_parts(st), (series, st, s)
             CURRENT.facts[f"offline_while_held_{series}"] = {
                 "held_mib": hb["pages"] >> 8, "blocks_offlined": len(blocks),
                 "pageblocks": {k: v for k, v in hb.items()
                                if k.startswith("pb_")}}
             _cancel(vm)
-            _wait(lambda: harness.balloon_stats(vm).get("held_pages") ==
-                  "inflight:0,acked:0", 60, "DONE to give every block back")
+            _wait(lambda: nothing_held(harness.balloon_stats(vm)), 60,
+                  "DONE to give every block back")
 
 
 @tag("driver", "contract", "migrate")

@@ -5,7 +5,7 @@ postcopy, guests that never answer.
 
 Every fault test ends with the guest's data verified on the VM that runs it
 at the end and its free memory back: MemFree near its level before the
-round and, with our driver, no hinted page still held (`held_pages`
+round and, with our driver, no hinted page still held (`held_inflight_pages`, `held_acked_pages`
 inflight:0 acked:0).  The tests of a held round run our driver in alloc
 mode (HELD): after the pre-send wait the guest holds every hinted block
 until DONE, and the migration stays active long enough to inject the
@@ -277,7 +277,7 @@ def test_done_frees_chains_the_device_returns_late():
             time.sleep(14)
             s = rig.stats()
             print(f"    14 s after DONE, device still holding: "
-                  f"held_pages={s.get('held_pages')}", flush=True)
+                  f"held={held_parts(s)}", flush=True)
             assert held(s) > 0, f"chains came back with the gate shut: {s}"
             gate.open_gate()
             rig.wait_memory_back(before, 30)
@@ -316,7 +316,7 @@ def test_alloc_round_caps_what_it_keeps_in_flight():
                 assert time.time() < deadline, f"the round did not end: {s}"
                 time.sleep(0.5)
             parts = held_parts(s)
-            print(f"    device stalled: held_pages={s['held_pages']} "
+            print(f"    device stalled: held={parts} "
                   f"inflight_waits={s['inflight_waits']}", flush=True)
             assert 0 < parts["inflight"] <= cap_kb >> 2, s
             assert parts["acked"] == 0, s

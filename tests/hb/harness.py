@@ -675,20 +675,29 @@ def guest_initrd(series=None):
 
 
 def balloon_stats(vm):
-    """Our guest driver's hint counters (empty for the in-tree driver)."""
+    """Our guest driver's hint counters (empty for the in-tree driver):
+    the sysfs files, and debugfs blocks_by_order as "order:blocks,..."."""
     # one process for all files (a fork per file costs under TCG): grep
-    # prints each as PATH:VALUE
-    rc, out = vm.guest.run(
-        "grep -H . /sys/bus/virtio/devices/*/free_page_hint/*", check=False)
-    res = {}
-    for line in out if rc == 0 else []:
-        if ":" in line:
-            path, v = line.split(":", 1)
-            k, v = path.rsplit("/", 1)[-1], v.strip().replace(" ", ",")
-            try:
-                res[k] = int(v)
-            except ValueError:
-                res[k] = v
+    # prints each line as PATH:VALUE; a file that is not there (debugfs of
+    # the in-tree driver) only makes grep's status 2
+    _, out = vm.guest.run(
+        "grep -sH . /sys/bus/virtio/devices/*/free_page_hint/* "
+        "/sys/kernel/debug/virtio_balloon/*/blocks_by_order", check=False)
+    res, by_order = {}, []
+    for line in out:
+        if ":" not in line or not line.startswith("/sys/"):
+            continue
+        path, v = line.split(":", 1)
+        k, v = path.rsplit("/", 1)[-1], v.strip()
+        if k == "blocks_by_order":
+            by_order.append(v.replace(" ", ":"))
+            continue
+        try:
+            res[k] = int(v)
+        except ValueError:
+            res[k] = v
+    if res and by_order:
+        res["blocks_by_order"] = ",".join(by_order)
     return res
 
 

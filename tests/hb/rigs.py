@@ -27,10 +27,16 @@ OOM_RE = re.compile(r"(Out of memory|oom-kill|invoked oom-killer)")
 
 
 def held_parts(stats):
-    """'inflight:N,acked:M' -> {"inflight": N, "acked": M} (pages)."""
-    h = stats.get("held_pages", "")
-    return {k: int(v) for k, v in (x.split(":") for x in str(h).split(",")
-                                   if ":" in x)}
+    """{"inflight": N, "acked": M}: pages of hinted blocks our driver holds
+    (held_inflight_pages, held_acked_pages); {} for the in-tree driver."""
+    return {k: int(stats[f"held_{k}_pages"]) for k in ("inflight", "acked")
+            if f"held_{k}_pages" in stats}
+
+
+def nothing_held(stats):
+    """Our driver's sysfs says it holds no hinted block (false when the
+    files are not there)."""
+    return held_parts(stats) == {"inflight": 0, "acked": 0}
 
 
 def held(stats):
@@ -225,12 +231,12 @@ class Rig:
             if ok:
                 print(f"    memory back: free {before['free_kb'] >> 10} -> "
                       f"{m['free_kb'] >> 10} MiB, held="
-                      f"{s.get('held_pages', '-')}", flush=True)
+                      f"{held_parts(s) or '-'}", flush=True)
                 return m, s
             if time.time() > deadline:
                 raise AssertionError(
                     f"free memory not back: before={before} now={m} "
-                    f"held={s.get('held_pages')}")
+                    f"held={held_parts(s)}")
             time.sleep(0.5)
 
     def verify(self, what=""):
@@ -271,7 +277,7 @@ def held_round(rig):
     m = rig.meminfo()
     # the round took real memory away: otherwise the fault tests nothing
     assert m["free_kb"] < before["free_kb"] - (64 << 10), (before, m)
-    print(f"    round held: rounds={s.get('rounds')} held={s.get('held_pages')}"
+    print(f"    round held: rounds={s.get('rounds')} held={held_parts(s)}"
           f" free {before['free_kb'] >> 10} -> {m['free_kb'] >> 10} MiB",
           flush=True)
     return before, s
