@@ -84,9 +84,13 @@ else
 CHECK_ARGS := $(if $(TAG),--tag $(TAG),--skip-tag long --skip-tag series)
 endif
 
+# PUBLISH=1 (a whole run, no TAG): summarise it into
+# Documentation/results/check.json and README.md's result block.
 check: qemu images $(CHECK_DEPS)
 	@mkdir -p build/tmp
-	@$(CHECK_ENV) $(PY) tests/run.py $(CHECK_ARGS)
+	@$(CHECK_ENV) $(PY) tests/run.py $(CHECK_ARGS); rc=$$?; \
+	if [ "$(PUBLISH)" = 1 ] && [ -z "$(TAG)$(SANITIZE)" ]; then \
+		$(PY) scripts/results.py publish-check || rc=1; fi; exit $$rc
 
 # Long runs kept out of `make check`: the full QEMU migration-test with its
 # baseline, the ten back-and-forth migrations, the stock reference runs.

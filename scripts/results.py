@@ -2,14 +2,26 @@
 # SPDX-License-Identifier: GPL-2.0
 """The committed summaries of results and the README block made from them.
 
-Documentation/results/demo.json is the summary of the last published
-`make demo` (PUBLISH=1): its date, the key of the QEMU series build, the
-hash of the driver sources, the guest kernel, and per configuration the
-bytes sent, total time, downtime and the data verdict.  README.md's block
-between `<!-- results -->` and `<!-- /results -->` is made from it:
+Three small files in Documentation/results/, each with its date, the key
+of the QEMU series build and the hash of the driver sources:
 
-  scripts/results.py readme      rewrite README.md's block from the file
-  scripts/results.py check       exit 1 if the block differs from the file
+  demo.json             the last published `make demo` (PUBLISH=1): the
+                        guest kernel and, per configuration, bytes sent,
+                        total time, downtime and the data verdict
+  check.json            the last published `make check` (PUBLISH=1): the
+                        verdict counts, what the tests did (migrations,
+                        data verified, faults, bad inputs, stock reference
+                        runs and their losses) and how long it took
+  bench-reporting.json  the published `make bench` runs (sets), each the
+                        bench's summary.json with a note
+
+README.md's block between `<!-- results -->` and `<!-- /results -->` is
+made from them:
+
+  scripts/results.py readme          rewrite README.md's block
+  scripts/results.py check           exit 1 if the block differs
+  scripts/results.py publish-check   summarise build/results/check.json
+                                     into check.json and rewrite the block
 """
 import datetime
 import glob
@@ -21,7 +33,11 @@ import sys
 import textwrap
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEMO = os.path.join(TOP, "Documentation", "results", "demo.json")
+RESULTS = os.path.join(TOP, "Documentation", "results")
+DEMO = os.path.join(RESULTS, "demo.json")
+CHECK = os.path.join(RESULTS, "check.json")
+BENCH = os.path.join(RESULTS, "bench-reporting.json")
+CHECK_RUN = os.path.join(TOP, "build", "results", "check.json")
 README = os.path.join(TOP, "README.md")
 BLOCK_RE = re.compile(r"(<!-- results[^>]*-->\n).*?(<!-- /results -->)",
                       re.S)
@@ -97,8 +113,72 @@ def _ratio(s, what, a, b):
         return None
 
 
-def readme_block(s):
-    """README.md's result block, from a demo summary."""
+def check_summary(run):
+    """The summary of a runner's results (tests/run.py's check.json): no
+    test names or messages, only what a reader of the README needs."""
+    build = os.path.join(TOP, "build")
+    f = run.get("summary", {})
+    return {"date": datetime.date.today().isoformat(),
+            "series_key": _read(os.path.join(build, "qemu", ".key")),
+            "driver_hash": driver_hash(),
+            "counts": run.get("counts", {}),
+            "minutes": round(run.get("seconds", 0) / 60),
+            "migrations": f.get("migrations", 0),
+            "verified_mib": f.get("bytes_verified", 0) >> 20,
+            "faults": f.get("faults", 0),
+            "bad_inputs": f.get("bad_inputs", 0),
+            "failures": f.get("failures", 0),
+            "stock_runs": f.get("stock_runs", 0),
+            "stock_not_ok": f.get("stock_losses", 0),
+            "stopped_by": run.get("stopped_by")}
+
+
+def check_sentence(c):
+    n = c["counts"]
+    tail = f", {n['skipped']} skipped" if n.get("skipped") else ""
+    return (f"`make check` of {c['date']} (series key `{c['series_key']}`, "
+            f"driver `{c['driver_hash']}`): {n.get('passed', 0)} passed, "
+            f"{n.get('failed', 0)} failed{tail}, {n.get('reference', 0)} "
+            f"stock reference verdicts; {c['migrations']} migrations, "
+            f"{c['verified_mib']:,} MiB of guest data verified, "
+            f"{c['faults']} faults injected, {c['bad_inputs']} bad inputs, "
+            f"{c['failures']} failures; {c['stock_runs']} stock reference "
+            f"runs, {c['stock_not_ok']} of them not ok; {c['minutes']} min.")
+
+
+def bench_sentence(b):
+    """The stale cells of the newest bench set measured as the bench
+    measures by default (no --dst-prealloc, no host tuning): d against r,
+    per size and vCPUs."""
+    plain = [x for x in b["sets"] if not x.get("meta", {}).get("dst_args")
+             and not x.get("meta", {}).get("host_tuned")]
+    if not plain:
+        return None
+    newest = plain[-1]
+    meta = newest.get("meta", {})
+    cells = {(c["workload"], c["mem_mib"], c["smp"], c["config"]): c
+             for c in newest["cells"]}
+    parts = []
+    for (wl, mem, smp, cfg), c in sorted(cells.items()):
+        r = cells.get((wl, mem, smp, "r"))
+        if wl != "stale" or cfg != "d" or not r:
+            continue
+        parts.append(f"{mem >> 10} GiB, {smp} vCPU{'s' * (smp > 1)}: "
+                     f"{c['transferred_mb'][0]:.0f} against "
+                     f"{r['transferred_mb'][0]:.0f} MB, "
+                     f"{c['total_ms'][0]:.0f} against "
+                     f"{r['total_ms'][0]:.0f} ms")
+    if not parts:
+        return None
+    return (f"`make bench` of {str(meta.get('started', ''))[:10]} (series "
+            f"key `{meta.get('our_qemu_key')}`, driver "
+            f"`{meta.get('driver_hash')}`), stale cells, medians of d "
+            f"against free page reporting (r): " + "; ".join(parts) + ".")
+
+
+def readme_block(s, check=None, bench=None):
+    """README.md's result block, from a demo summary and the summaries of
+    the last check and bench."""
     parts = [textwrap.fill(
              f"`make demo` of {s['date']} on the default stack: our QEMU "
              f"{s.get('our_qemu')} (series key `{s.get('series_key')}`), "
@@ -121,16 +201,28 @@ def readme_block(s):
             "the steadier figure; the benchmark "
             "([benchmarks.md](Documentation/benchmarks.md)) repeats each "
             "configuration.", 75))
+    for sentence in (bench_sentence(bench) if bench else None,
+                     check_sentence(check) if check else None):
+        if sentence:
+            parts += ["", textwrap.fill(sentence, 75)]
     return "\n".join(parts) + "\n"
 
 
+def _load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError:
+        return None
+
+
 def render_readme(s, path=README):
+    block = readme_block(s, _load(CHECK), _load(BENCH))
     with open(path) as f:
         text = f.read()
     if not BLOCK_RE.search(text):
         raise SystemExit(f"{path}: no <!-- results --> block")
-    new = BLOCK_RE.sub(lambda m: m.group(1) + readme_block(s) + m.group(2),
-                       text)
+    new = BLOCK_RE.sub(lambda m: m.group(1) + block + m.group(2), text)
     return text, new
 
 
@@ -144,10 +236,22 @@ def publish_demo(s):
         f.write(new)
 
 
+def publish_check(path=CHECK_RUN):
+    run = _load(path)
+    if not run:
+        raise SystemExit(f"{path}: no results of a run")
+    with open(CHECK, "w") as f:
+        json.dump(check_summary(run), f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 def main(argv):
-    if len(argv) != 2 or argv[1] not in ("readme", "check"):
+    if len(argv) != 2 or argv[1] not in ("readme", "check", "publish-check"):
         print(__doc__, file=sys.stderr)
         return 2
+    if argv[1] == "publish-check":
+        publish_check()
+        argv = [argv[0], "readme"]
     with open(DEMO) as f:
         s = json.load(f)
     old, new = render_readme(s)

@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0
 """Quality gates: kernel style/W=1/sparse, QEMU checkpatch, idempotent setup.
 Each gate is also shown to fail on a real violation."""
+import fnmatch
 import os
+import re
 import shutil
+import subprocess
 import tempfile
+import tomllib
 
 from hb.testlib import TOP, cleanup, sh, tag, timeout
 
@@ -158,3 +162,45 @@ def test_readme_results_block_is_made_from_the_committed_summary():
             (r.returncode, r.stderr)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _unlicensed(files, read, reuse):
+    """The files of `files` (paths relative to the top) that name no
+    licence: no SPDX-License-Identifier in their first 5 lines (read(path)
+    gives them) and no REUSE.toml annotation (`reuse`, parsed) whose path
+    glob matches them."""
+    globs = []
+    for ann in reuse.get("annotations", []):
+        if "SPDX-License-Identifier" not in ann:
+            continue
+        paths = ann["path"]
+        globs += [paths] if isinstance(paths, str) else paths
+
+    def covered(f):
+        return any(fnmatch.fnmatchcase(f, g.replace("**", "*"))
+                   for g in globs)
+    return [f for f in files if not covered(f) and
+            not re.search(r"SPDX-License-Identifier: \S", read(f))]
+
+
+@tag("lint")
+def test_every_file_names_its_licence():
+    """Every tracked file names its licence: an SPDX line at its top, or an
+    annotation of REUSE.toml for the files whose format has no comments.
+    The check fires on a file with neither, and not on one with either."""
+    files = subprocess.run(["git", "-C", TOP, "ls-files"], check=True,
+                           capture_output=True, text=True).stdout.split()
+
+    def head(f):
+        with open(os.path.join(TOP, f), errors="replace") as fh:
+            return "".join(fh.readline() for _ in range(5))
+    with open(os.path.join(TOP, "REUSE.toml"), "rb") as fh:
+        reuse = tomllib.load(fh)
+    assert len(files) > 100
+    missing = _unlicensed(files, head, reuse)
+    assert not missing, missing
+    # the check itself: a bare file is caught, an SPDX line or an
+    # annotation clears it
+    fake = {"a/bare.txt": "text\n", "a/spdx.c": "// SPDX-License-Identifier: "
+            "GPL-2.0\n", "host-qemu-patch/x/y.patch": "From 0\n"}
+    assert _unlicensed(list(fake), fake.get, reuse) == ["a/bare.txt"]

@@ -6,6 +6,7 @@ with host tuning are recorded as "host_tuned" and labelled so by the
 report."""
 import atexit
 import glob
+import importlib.util
 import mmap
 import os
 import platform
@@ -234,9 +235,20 @@ def machine_info(our_bin):
         "host_reporting": host_reporting(),
         "fault_ns_per_4k": fault_probe(),
         "git": sh(f"git -C {TOP} rev-parse --short HEAD"),
+        "driver_hash": driver_hash(),
         "git_dirty": bool(sh(f"git -C {TOP} status --porcelain guest "
                              "host-qemu-patch tests")),
     }
+
+
+def driver_hash():
+    """The hash of the driver's sources that every committed summary
+    carries (scripts/results.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "hb_results", os.path.join(TOP, "scripts", "results.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.driver_hash()
 
 
 def snapshot_our_qemu(copy_dir):

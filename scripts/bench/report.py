@@ -662,7 +662,8 @@ def summary(results):
                "stack", "guest_kernel", "stock_qemu", "our_qemu",
                "our_qemu_key", "mode", "repeats", "compare_repeats",
                "started", "elapsed_min", "downtime_limit_ms", "dst_args",
-               "host_tuned", "nproc", "fault_ns_per_4k", "git")},
+               "host_tuned", "nproc", "fault_ns_per_4k", "git", "git_dirty",
+               "driver_hash")},
            "cells": [], "targets": []}
     cmd = meta.get("command") or ""
     out["meta"]["args"] = cmd.split("scripts/bench", 1)[-1].strip()
