@@ -42,13 +42,13 @@ class Guest(BootedGuest):
 
     def __init__(self, series, binary=None, mem=1024,
                  balloon_args="fault_inject=1", extra_args=(),
-                 kernel_args="", hint=True):
+                 kernel_args="", hint=True, props=""):
         _need(series)
         super().__init__("ct", binary or harness.STOCK_QEMU, mem, "ours", hint,
                          kernel=harness.guest_kernel(series),
                          initrd=harness.guest_initrd(series),
                          balloon_args=balloon_args, extra_args=extra_args,
-                         kernel_args=kernel_args)
+                         kernel_args=kernel_args, device_props=props)
 
 
 def _dir(vm):
@@ -277,6 +277,37 @@ def test_stop_is_sent_again_when_it_cannot_be_queued():
             _wait(lambda: nothing_held(harness.balloon_stats(vm)), 60,
                   "DONE to end hinting")
             CURRENT.add("faults", 2)
+
+
+@tag("driver", "contract", "faults")
+def test_cancel_ends_the_wait_for_a_round():
+    """Our QEMU waits, before it sends RAM, for the guest to end the hint
+    round it asked for, up to free-page-hint-wait-ms (60 s here).  A guest
+    that never ends it (every STOP fails) holds the migration in that wait;
+    migrate_cancel ends the wait at once: the migration is cancelled within
+    5 s and the device counts one wait that did not run out."""
+    binary = our_keep_writes_qemu()
+    with Guest("6.12", binary, props="free-page-hint-wait-ms=60000") as vm:
+        _fault_point(vm, "fail_stop", -1)
+        _start_round(vm)
+        time.sleep(1)
+        st = vm.qmp("query-migrate")["status"]
+        c = harness.device_counters(vm)
+        # the premise: still in setup, in the wait, none ended yet
+        assert st == "setup" and c["presend-waits"] == 0, (st, c)
+        t0 = time.time()
+        vm.qmp("migrate_cancel")
+        _wait(lambda: vm.qmp("query-migrate")["status"] == "cancelled", 30,
+              "the migration to be cancelled")
+        took = time.time() - t0
+        c = harness.device_counters(vm)
+        print(f"    cancelled in {took:.1f} s, {c['presend-wait-ms']} ms "
+              "in the wait", flush=True)
+        assert took < 5, took
+        assert c["presend-waits"] == 1 and c["presend-timeouts"] == 0 and \
+            c["presend-wait-ms"] < 5000, c
+        _fault_point(vm, "fail_stop", 0)
+        CURRENT.add("faults")
 
 
 @tag("driver", "contract")

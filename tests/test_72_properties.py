@@ -25,7 +25,7 @@ BAD_PROPS = [
     ("free-page-hint-batch-max=1025", "free-page-hint-batch-max"),
     ("free-page-hint-batch-max=x1", "free-page-hint-batch-max"),
     ("free-page-hint-postcopy=maybe", "free-page-hint-postcopy"),
-    ("free-page-hint-stats=1", "free-page-hint-stats"),
+    ("x-free-page-hint-stats=1", "x-free-page-hint-stats"),
     ("iothread=nosuch", "nosuch"),
 ]
 
@@ -85,7 +85,7 @@ def test_invalid_device_properties_via_qom_set():
                               ("free-page-hint-batch-max", 2048),
                               ("free-page-hint-postcopy", "maybe"),
                               ("free-page-hint", False),
-                              ("free-page-hint-stats", {"rounds": 5})]:
+                              ("x-free-page-hint-stats", {"rounds": 5})]:
                 try:
                     before = vm.qmp("qom-get", path=path, property=prop)
                 except Exception as exc:  # pylint: disable=broad-except

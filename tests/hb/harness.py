@@ -1509,7 +1509,7 @@ def device_counters(vm):
     """Host-side hint counters from our QEMU (absent on stock)."""
     try:
         return vm.qmp("qom-get", path="/machine/peripheral/balloon0",
-                      property="free-page-hint-stats")
+                      property="x-free-page-hint-stats")
     except Exception:  # pylint: disable=broad-except
         return None
 

@@ -578,7 +578,7 @@ def migrate_once(hosts, binary, scenario=None, balloon="ours",
         res["migrate_s"] = round(time.time() - t_mig, 1)
         res["states"] = states
         res["query_balloon_src"] = last
-        res["device_src"] = (last or {}).get("free-page-hint")
+        res["device_src"] = (last or {}).get("x-free-page-hint")
         if proc.returncode != 0:
             res["status"] = "failed"
             res["error"] = f"virsh migrate: {(err or out).strip()}"

@@ -320,7 +320,7 @@ def hint_figures(res):
     stale_mib: the stale data the scenario freed before the migration, as
       prepare_guest() recorded it from what hbwork wrote (res["stale_mib"]).
     cleared_mib: the pages the source device cleared from the dirty bitmap
-      because of hints (our QEMU's free-page-hint-stats).  A count, not a
+      because of hints (our QEMU's x-free-page-hint-stats).  A count, not a
       set: it takes free memory that was never stale as well, so it can
       pass for stale data it did not cover; the bytes check below is the
       stricter one.
@@ -343,7 +343,7 @@ def hint_figures(res):
     if cfg.get("src") in harness.STOCK_BINARIES:
         out["cleared_mib"] = None
         out["why_no_cleared"] = ("a stock source QEMU reports no "
-                                 "free-page-hint-stats")
+                                 "x-free-page-hint-stats")
     else:
         c = res.get("device_src") or {}
         out["cleared_mib"] = c.get("cleared-pages", 0) * page / 2**20
