@@ -20,48 +20,50 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hb import harness  # noqa: E402
+from hb import env  # noqa: E402
+from hb.env import BUILD, guest_kver, log, save_json  # noqa: E402
+from hb.migration import migrate_once  # noqa: E402
+from hb.vm import install_cleanup, settle_reporting  # noqa: E402
+from hb.workloads import Scenario  # noqa: E402
 import results  # noqa: E402  pylint: disable=wrong-import-position
 
 REPORTING = "free-page-reporting=on"
 
 
 def _settle(src, _dst, res):
-    res["reporting_settle"] = harness.settle_reporting(src)
+    res["reporting_settle"] = settle_reporting(src)
 
 
 CONFIGS = [
     ("a", "no hinting (Debian's QEMU, in-tree driver)",
-     dict(src_bin=harness.STOCK_QEMU, hint=False, balloon="intree")),
+     dict(src_bin=env.STOCK_QEMU, hint=False, balloon="intree")),
     ("b", "stock hinting (Debian's QEMU, in-tree driver)",
-     dict(src_bin=harness.STOCK_QEMU, hint=True, balloon="intree")),
+     dict(src_bin=env.STOCK_QEMU, hint=True, balloon="intree")),
     ("r", "free page reporting (Debian's QEMU, in-tree driver)",
-     dict(src_bin=harness.STOCK_QEMU, hint=False, balloon="intree",
+     dict(src_bin=env.STOCK_QEMU, hint=False, balloon="intree",
           device_props=REPORTING, before_migrate=_settle)),
     ("d", "ours (our QEMU, our driver)",
-     dict(src_bin=harness.OUR_QEMU, hint=True, balloon="ours")),
+     dict(src_bin=env.OUR_QEMU, hint=True, balloon="ours")),
     ("d+r", "ours with free page reporting also on",
-     dict(src_bin=harness.OUR_QEMU, hint=True, balloon="ours",
+     dict(src_bin=env.OUR_QEMU, hint=True, balloon="ours",
           device_props=REPORTING, before_migrate=_settle)),
 ]
 
 
 def main():
-    harness.log(f"stack: QEMU {harness.STACK} (ours: {harness.OUR_QEMU}; "
-                f"stock: {harness.STOCK_QEMU}), guest Linux "
-                f"{harness.guest_kver()}")
+    install_cleanup()
+    log(f"stack: QEMU {env.STACK} (ours: {env.OUR_QEMU}; "
+        f"stock: {env.STOCK_QEMU}), guest Linux {guest_kver()}")
     rows = []
     for i, (key, name, kw) in enumerate(CONFIGS, 1):
-        harness.log(f"demo {i}/{len(CONFIGS)}: {key}, {name}: boot, fill "
-                    "75% of 1 GiB with stale data, migrate, verify on the "
-                    "destination")
-        res = harness.migrate_once(scenario=harness.Scenario("stale"), **kw)
+        log(f"demo {i}/{len(CONFIGS)}: {key}, {name}: boot, fill "
+            "75% of 1 GiB with stale data, migrate, verify on the "
+            "destination")
+        res = migrate_once(scenario=Scenario("stale"), **kw)
         rows.append((key, name, res))
-        harness.save_json(os.path.join(harness.BUILD, "results",
-                                       f"demo-{i}.json"), res)
-    summary = results.demo_summary(rows, harness.guest_kver())
-    harness.save_json(os.path.join(harness.BUILD, "results", "demo.json"),
-                      summary)
+        save_json(os.path.join(BUILD, "results", f"demo-{i}.json"), res)
+    summary = results.demo_summary(rows, guest_kver())
+    save_json(os.path.join(BUILD, "results", "demo.json"), summary)
     print()
     print(results.demo_table(summary))
     print("\n(TCG timings on this machine; every run in "

@@ -6,7 +6,7 @@ scenario advances together.  Each run must complete with data intact and no
 kernel error on the destination; the tally is written to
 build/soak/soak.json after every run.  Ends with "N passed, N failed".
 
-DRIVERS=intree,ours,ours_alloc picks the drivers (harness.DATALOSS_DRIVERS);
+DRIVERS=intree,ours,ours_alloc picks the drivers (workloads.DATALOSS_DRIVERS);
 QEMU=stock runs the same on Debian's QEMU (a reference: stock QEMU has the
 write-tracking bug our series fixes), writing build/soak/soak-stock.json.
 DST_PREALLOC=1 starts every destination with -mem-prealloc: the load no
@@ -19,20 +19,25 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tests"))
-from hb import harness  # noqa: E402
-from hb.harness import DATALOSS_DRIVERS, DATALOSS_SCENARIOS  # noqa: E402
+from hb import env  # noqa: E402
+from hb.env import BUILD, log, save_json  # noqa: E402
+from hb.migration import PREALLOC_DST, migrate_once  # noqa: E402
+from hb.vm import install_cleanup  # noqa: E402
+from hb.workloads import (DATALOSS_DRIVERS, DATALOSS_SCENARIOS,  # noqa: E402
+                          Scenario)
 
 
 def main():
+    install_cleanup()
     repeat = int(os.environ.get("REPEAT", "20"))
     drivers = os.environ.get("DRIVERS", ",".join(DATALOSS_DRIVERS)).split(",")
     cells = [(d, s) for d in drivers for s in DATALOSS_SCENARIOS]
     tally = {f"{d}/{s}": {"ok": 0, "failed": 0, "runs": []} for d, s in cells}
     stock = os.environ.get("QEMU", "ours") == "stock"
-    qemu = harness.STOCK_QEMU if stock else harness.OUR_QEMU
+    qemu = env.STOCK_QEMU if stock else env.OUR_QEMU
     prealloc = os.environ.get("DST_PREALLOC") == "1"
-    dst_args = list(harness.PREALLOC_DST) if prealloc else []
-    out = os.path.join(harness.BUILD, "soak",
+    dst_args = list(PREALLOC_DST) if prealloc else []
+    out = os.path.join(BUILD, "soak",
                        ("soak-stock" if stock else "soak") +
                        ("-prealloc" if prealloc else "") + ".json")
     t0 = time.time()
@@ -40,10 +45,10 @@ def main():
         for d, s in cells:
             key = f"{d}/{s}"
             balloon, args = DATALOSS_DRIVERS[d]
-            res = harness.migrate_once(
+            res = migrate_once(
                 src_bin=qemu, balloon=balloon, hint=True,
                 balloon_args=args, dst_args=dst_args,
-                scenario=harness.Scenario(**DATALOSS_SCENARIOS[s]))
+                scenario=Scenario(**DATALOSS_SCENARIOS[s]))
             good = bool(res.get("ok"))
             tally[key]["ok" if good else "failed"] += 1
             tally[key]["runs"].append({
@@ -51,14 +56,14 @@ def main():
                                         "downtime_ms", "data_intact",
                                         "kernel_errors", "error", "workdir")})
             done = sum(v["ok"] + v["failed"] for v in tally.values())
-            harness.log(f"soak {i + 1}/{repeat} {key}: "
-                        f"{'ok' if good else 'FAILED'} "
-                        f"{res.get('transferred_mb')} MB; {done} runs, "
-                        f"{sum(v['failed'] for v in tally.values())} failed, "
-                        f"{time.time() - t0:.0f}s")
-            harness.save_json(out, {"repeat": repeat, "qemu": qemu,
-                                    "dst_args": dst_args, "tally": tally,
-                                    "seconds": round(time.time() - t0)})
+            log(f"soak {i + 1}/{repeat} {key}: "
+                f"{'ok' if good else 'FAILED'} "
+                f"{res.get('transferred_mb')} MB; {done} runs, "
+                f"{sum(v['failed'] for v in tally.values())} failed, "
+                f"{time.time() - t0:.0f}s")
+            save_json(out, {"repeat": repeat, "qemu": qemu,
+                            "dst_args": dst_args, "tally": tally,
+                            "seconds": round(time.time() - t0)})
     for key, v in tally.items():
         print(f"{key}: {v['ok']} of {v['ok'] + v['failed']} intact")
     passed = sum(v["ok"] for v in tally.values())

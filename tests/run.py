@@ -56,7 +56,9 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from hb import testlib  # noqa: E402
+from hb import env, testlib  # noqa: E402
+from hb.channel import CHANNEL  # noqa: E402
+from hb.vm import STOCK_CRASHES, kill_all  # noqa: E402
 
 DEFAULT_TIMEOUT_S = 1200
 # SIGTERM to a stopped test, then SIGKILL this many seconds later.
@@ -302,8 +304,7 @@ def _child(name, f, stack, wfd, cfd):
         signal.signal(s, _stopped_in_test)
     try:
         if stack:
-            from hb import harness  # pylint: disable=import-outside-toplevel
-            harness.use_stack(stack)
+            env.use_stack(stack)
         f()
         verdict, msg = "passed", ""
         if getattr(f, "reference", False):
@@ -316,16 +317,11 @@ def _child(name, f, stack, wfd, cfd):
         verdict = "failed"
         msg = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
-    channel = None
-    hb_harness = sys.modules.get("hb.harness")
-    if hb_harness:
-        hb_harness.kill_all()
-        channel = hb_harness.CHANNEL
-        testlib.CURRENT.add("stock_boot_crashes",
-                            len(hb_harness.STOCK_CRASHES))
+    kill_all()
+    testlib.CURRENT.add("stock_boot_crashes", len(STOCK_CRASHES))
     _write_all(wfd, json.dumps({"verdict": verdict, "message": msg,
                                 "facts": testlib.CURRENT.facts,
-                                "channel": channel}, default=str).encode())
+                                "channel": CHANNEL}, default=str).encode())
     os.close(wfd)
 
 
@@ -427,7 +423,6 @@ def main():
             if a.substr and a.substr not in run_name:
                 continue
             selected.append((run_name, f, tags, stack))
-    _catch_stops()              # again: importing the harness set its own
     if not selected:
         print(f"run.py: no test selected by {' '.join(sys.argv[1:])!r} "
               f"in {a.dir}; tags known there: "

@@ -14,8 +14,10 @@ import sys
 import tempfile
 import time
 
-from hb import harness
+import hb.vm
+from hb import gdb
 from hb.testlib import TOP, tag, timeout, wait_for
+from hb.vm import VM
 
 FIXTURE = '''
 import subprocess
@@ -90,12 +92,12 @@ def test_gdb_detach_continues_a_stopped_process():
     p = subprocess.Popen(["sleep", "60"])
     try:
         os.kill(p.pid, signal.SIGSTOP)
-        wait_for(lambda: harness._thread_states(p.pid) == ["T"], 10,
+        wait_for(lambda: gdb._thread_states(p.pid) == ["T"], 10,
                  "the stand-in to stop")
-        harness.resume_stopped(p.pid)
-        assert not harness._stopped(p.pid), \
-            f"still stopped: {harness._thread_states(p.pid)}"
-        harness.resume_stopped(p.pid)     # running already: nothing to do
+        gdb.resume_stopped(p.pid)
+        assert not gdb._stopped(p.pid), \
+            f"still stopped: {gdb._thread_states(p.pid)}"
+        gdb.resume_stopped(p.pid)     # running already: nothing to do
         assert p.poll() is None
     finally:
         p.kill()
@@ -351,17 +353,17 @@ time.sleep(1000)
 @timeout(60)
 def test_qmp_call_to_a_hung_qemu_times_out():
     """VM.qmp on a QEMU that never answers raises TimeoutError after
-    qmp_timeout seconds, or harness.QMP_TIMEOUT_S by default."""
+    qmp_timeout seconds, or hb.vm.QMP_TIMEOUT_S by default."""
     d = tempfile.mkdtemp(prefix="hb-qmp-")
     fake = os.path.join(d, "fake-qemu")
     with open(fake, "w") as f:
         f.write(FAKE_QEMU)
     os.chmod(fake, 0o755)
-    vm = harness.VM(d, "hung", fake, 64, "intree", False, kernel="/dev/null",
-                    initrd="/dev/null", machine="pc")
+    vm = VM(d, "hung", fake, 64, "intree", False, kernel="/dev/null",
+            initrd="/dev/null", machine="pc")
     try:
         vm.launch()
-        harness.QMP_TIMEOUT_S = 2           # this test's process only
+        hb.vm.QMP_TIMEOUT_S = 2           # this test's process only
         for kw, limit in (({"qmp_timeout": 1}, 1), ({}, 2)):
             t0 = time.time()
             try:

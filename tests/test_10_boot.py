@@ -4,15 +4,16 @@ import os
 import shutil
 import tempfile
 
-from hb import harness
+from hb import channel
 from hb.testlib import BUILD, need_ours, qemu_bin, tag
+from hb.vm import VM
 
 
 def _boot(qemu, balloon):
     if balloon == "ours":
         need_ours()
     d = tempfile.mkdtemp(prefix="hb-boot-", dir=os.path.join(BUILD, "tmp"))
-    vm = harness.VM(d, "boot", qemu_bin(qemu), 1024, balloon, hint=True)
+    vm = VM(d, "boot", qemu_bin(qemu), 1024, balloon, hint=True)
     try:
         vm.boot()
         _, mods = vm.guest.run("cat /proc/modules")
@@ -80,8 +81,8 @@ def test_command_channel_survives_lost_bytes():
     a line sent twice runs once, and the harness sends again a line the
     guest refused or never acknowledged."""
     d = tempfile.mkdtemp(prefix="hb-chan-", dir=os.path.join(BUILD, "tmp"))
-    vm = harness.VM(d, "chan", qemu_bin("stock"), 256, "intree", hint=False)
-    ack_timeout = harness.ACK_TIMEOUT_S
+    vm = VM(d, "chan", qemu_bin("stock"), 256, "intree", hint=False)
+    ack_timeout = channel.ACK_TIMEOUT_S
     try:
         vm.boot()
         g = vm.guest
@@ -105,23 +106,23 @@ def test_command_channel_survives_lost_bytes():
         _, out = g.run("wc -l < /tmp/n")
         assert out == ["1"], f"a repeated ID ran again: {out}"
         # The harness recovers a line that lost its first byte ...
-        before = dict(harness.CHANNEL)
+        before = dict(channel.CHANNEL)
         g.sock = _LossySocket(g.sock, "first")
         assert g.run("echo one") == (0, ["one"])
-        assert harness.CHANNEL["damaged"] == before["damaged"] + 1
+        assert channel.CHANNEL["damaged"] == before["damaged"] + 1
         # ... and reads the guest's serial counters after it.
         assert g.serial_diag and g.serial_diag[0].startswith("1: uart:"), \
             g.serial_diag
         # ... and one that never arrived.
-        harness.ACK_TIMEOUT_S = 2
+        channel.ACK_TIMEOUT_S = 2
         g.sock = _LossySocket(g.sock.sock, "all")
         assert g.run("echo two") == (0, ["two"])
-        assert harness.CHANNEL["unacked"] == before["unacked"] + 1
-        assert harness.CHANNEL["resent"] == before["resent"] + 2
+        assert channel.CHANNEL["unacked"] == before["unacked"] + 1
+        assert channel.CHANNEL["resent"] == before["resent"] + 2
         g.sock = g.sock.sock
         assert not vm.kernel_errors(), vm.kernel_errors()
     finally:
-        harness.ACK_TIMEOUT_S = ack_timeout
+        channel.ACK_TIMEOUT_S = ack_timeout
         vm.kill()
     shutil.rmtree(d)    # kept for a look when the test failed
 
@@ -136,8 +137,7 @@ def test_command_channel_survives_orphans_exiting():
     an orphan exits every few ms while 300 commands go through: none may
     arrive damaged, none may need sending again."""
     d = tempfile.mkdtemp(prefix="hb-chan-", dir=os.path.join(BUILD, "tmp"))
-    vm = harness.VM(d, "orphans", qemu_bin("stock"), 256, "intree",
-                    hint=False)
+    vm = VM(d, "orphans", qemu_bin("stock"), 256, "intree", hint=False)
     try:
         vm.boot()
         g = vm.guest
@@ -147,11 +147,11 @@ def test_command_channel_survives_orphans_exiting():
         # short-lived jobs it leaves behind are PID 1's as well.
         _, out = g.run("cut -d' ' -f4 /proc/$(cat /tmp/orphans.pid)/stat")
         assert out == ["1"], f"storm not adopted by PID 1: {out}"
-        before = dict(harness.CHANNEL)
+        before = dict(channel.CHANNEL)
         for i in range(300):
             text = f"{i}-abcdefghijklmnopqrstuvwxyz-0123456789"
             assert g.run(f"echo {text}") == (0, [text])
-        assert harness.CHANNEL == before, (before, harness.CHANNEL)
+        assert channel.CHANNEL == before, (before, channel.CHANNEL)
         g.run("kill $(cat /tmp/orphans.pid)")
         assert not vm.kernel_errors(), vm.kernel_errors()
     finally:

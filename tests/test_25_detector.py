@@ -18,12 +18,15 @@ import os
 import signal
 import subprocess
 
-from hb import harness
-from hb.harness import Scenario
+from hb import env
+from hb.channel import GuestError, SetupError
+from hb.migration import wait_migration
 from hb.rigs import BootedGuest, tmpdir
 from hb.testlib import (FLOOR_FACTOR, HINT_COVERAGE, assert_hinted,
                         assert_intact, drop_workdir, hint_figures, migrate,
                         need_ours, our_qemu, record_reference, tag)
+from hb.vm import STOCK_CRASHES, VM, live_vms
+from hb.workloads import HBWORK_PIDS, Scenario, prepare_guest, wait_guest
 
 MEM = 512
 KEEP = "/data/keep"
@@ -64,7 +67,7 @@ def _zero_words(vm, verb, quarters=(2,)):
     daemon's region, the churn ring): zero one 8-byte word (hbwork's data
     never has one) at each of `quarters` quarters of its largest anonymous
     mapping, through /proc/PID/mem, the process stopped meanwhile."""
-    pid = f"$({harness.HBWORK_PIDS.format(verb=verb)} | head -1)"
+    pid = f"$({HBWORK_PIDS.format(verb=verb)} | head -1)"
     _, out = vm.guest.run(
         f"p={pid}; kill -STOP $p; best=0; size=0; "
         "while read r perm off dev inode path; do "
@@ -96,8 +99,8 @@ def test_detector_one_flipped_byte_on_destination_is_damage():
         assert out.get("ok") == 1, out
         # let the ticker run one pass over the damaged file
         _, n = vm.guest.run("wc -l < /tmp/ticker.out")
-        harness.wait_guest(vm.guest, f"test $(wc -l < /tmp/ticker.out) "
-                           f"-gt {n[0]}", "no ticker pass after the poke")
+        wait_guest(vm.guest, f"test $(wc -l < /tmp/ticker.out) "
+                   f"-gt {n[0]}", "no ticker pass after the poke")
 
     res = _run("detector-poke", on_source_ready=source,
                on_destination=destination)
@@ -189,11 +192,11 @@ def test_detector_guest_setup_error_fails_the_boot():
     parameter: HB ERROR insmod) fails its boot."""
     need_ours()
     d = tmpdir("hberror")
-    vm = harness.VM(d, "hberror", our_qemu(), 256, "ours", hint=True,
-                    balloon_args="hint_mode=bogus")
+    vm = VM(d, "hberror", our_qemu(), 256, "ours", hint=True,
+            balloon_args="hint_mode=bogus")
     try:
         vm.boot()
-    except harness.GuestError as exc:
+    except GuestError as exc:
         assert "HB ERROR insmod" in str(exc), exc
         print(f"    boot failed as it should: {exc}")
     else:
@@ -224,25 +227,25 @@ def test_detector_qemu_crash_at_boot():
     the stock QEMU (the reference) is recorded and launched once more."""
     need_ours()
     d = tmpdir("hbabort")
-    ours = harness.VM(d, "ours", our_qemu(), 256, "ours", hint=True)
+    ours = VM(d, "ours", our_qemu(), 256, "ours", hint=True)
     fired = _abort_during_boot(ours)
     try:
         ours.boot()
-    except harness.GuestError as exc:
+    except GuestError as exc:
         assert fired and "QEMU exited (-6)" in str(exc), exc
         print(f"    our QEMU: boot failed as it should: {str(exc)[:120]}")
     else:
         raise AssertionError("our QEMU aborted at boot and the boot passed")
     finally:
         ours.kill()
-    before = len(harness.STOCK_CRASHES)
-    stock = harness.VM(d, "stock", harness.STOCK_QEMU, 256, "ours", hint=True)
+    before = len(STOCK_CRASHES)
+    stock = VM(d, "stock", env.STOCK_QEMU, 256, "ours", hint=True)
     fired = _abort_during_boot(stock)
     try:
         stock.boot()
         assert fired, "the abort was not injected"
-        assert len(harness.STOCK_CRASHES) == before + 1, harness.STOCK_CRASHES
-        assert harness.STOCK_CRASHES[-1]["signal"] == signal.SIGABRT
+        assert len(STOCK_CRASHES) == before + 1, STOCK_CRASHES
+        assert STOCK_CRASHES[-1]["signal"] == signal.SIGABRT
         assert os.path.exists(stock.console + ".crashed")
         _, out = stock.guest.run("echo up")
         assert out == ["up"], out
@@ -250,7 +253,7 @@ def test_detector_qemu_crash_at_boot():
     finally:
         stock.kill()
         # the summary counts crashes of stock, not the one injected here
-        del harness.STOCK_CRASHES[before:]
+        del STOCK_CRASHES[before:]
     subprocess.call(["rm", "-rf", d])
 
 
@@ -340,7 +343,7 @@ def test_detector_qemu_stderr_error_fails_the_run():
     and the run fails on the stderr line."""
     def broken_first_try(src, _dst, res):
         src.qmp("migrate", uri="unix:/nonexistent/hb-detector.sock")
-        info = harness.wait_migration(src, 60)
+        info = wait_migration(src, 60)
         assert info.get("status") == "failed", info
         res["first_try"] = info
 
@@ -375,7 +378,7 @@ def test_detector_hook_assertion_fails_the_test():
     else:
         raise AssertionError("migrate_once kept a hook's AssertionError "
                              "in its record")
-    assert not harness.live_vms(), harness.live_vms()
+    assert not live_vms(), live_vms()
     assert res["error"].startswith("AssertionError: " + text), res["error"]
     drop_workdir(res)
 
@@ -396,9 +399,8 @@ def test_detector_failed_workload_setup_fails_the_run():
                 ("kept file", "/data/keep", "fresh", "keep")):
             vm.guest.run(f"mkdir {path}")
             try:
-                harness.prepare_guest(vm, Scenario(workload, mem_mib=256),
-                                      {})
-            except harness.SetupError as exc:
+                prepare_guest(vm, Scenario(workload, mem_mib=256), {})
+            except SetupError as exc:
                 assert f"workload setup failed: 'hbwork {verb} {path}" \
                     in str(exc), exc
                 print(f"    {what}: prepare_guest failed as it should: "

@@ -4,10 +4,11 @@ its scan and alloc modes): stale free memory at normal speed, a throttled
 start (time to hint before the bulk stage), and memory churn during
 migration.  Every run must complete with data intact and no kernel error on
 the destination.  REPEAT=N repeats each (the soak run uses 20)."""
-from hb import harness
-from hb.harness import DATALOSS_DRIVERS, DATALOSS_MODES, DATALOSS_SCENARIOS
+from hb.migration import PREALLOC_DST
 from hb.testlib import (REPEAT, assert_hinted, assert_intact, migrate,
                         need_ours, our_qemu, tag, timeout)
+from hb.workloads import (DATALOSS_DRIVERS, DATALOSS_MODES,
+                          DATALOSS_SCENARIOS, Scenario)
 
 
 def _run(driver, name, dst_args=(), label=""):
@@ -19,7 +20,7 @@ def _run(driver, name, dst_args=(), label=""):
         res = migrate(f"ours-{driver}-{name}{label}-{i}",
                       src_bin=our_qemu(), balloon=balloon, hint=True,
                       balloon_args=args, dst_args=dst_args,
-                      scenario=harness.Scenario(**DATALOSS_SCENARIOS[name]))
+                      scenario=Scenario(**DATALOSS_SCENARIOS[name]))
         assert_intact(res, what)
         assert_hinted(res, DATALOSS_MODES[driver], what)
         if dst_args:
@@ -53,8 +54,7 @@ def test_our_qemu_churn_into_preallocated_destination():
     guest's hint round, the pre-send wait and the bulk stage overlap far
     more tightly than in the other tests.  Both drivers."""
     for driver in ("ours", "intree"):
-        _run(driver, "churn", dst_args=harness.PREALLOC_DST,
-             label="-prealloc")
+        _run(driver, "churn", dst_args=PREALLOC_DST, label="-prealloc")
 
 
 @tag("dataloss", "each_stack")
@@ -68,8 +68,7 @@ def test_our_qemu_churn_on_every_vcpu():
         what = f"{driver}/churn on 2 vCPUs"
         res = migrate(f"ours-{driver}-churn-smp2", src_bin=our_qemu(),
                       balloon=balloon, hint=True, balloon_args=args,
-                      scenario=harness.Scenario("churn", smp=2,
-                                                churn_procs=2))
+                      scenario=Scenario("churn", smp=2, churn_procs=2))
         assert_intact(res, what)
         assert_hinted(res, DATALOSS_MODES[driver], what)
         assert res["verify"]["churn"]["procs"] == 2, res["verify"]["churn"]
@@ -81,7 +80,7 @@ def test_our_qemu_a_to_b_to_c():
     clears hinted pages), the data verified at C."""
     need_ours()
     res = migrate("ours-ours-abc", src_bin=our_qemu(), balloon="ours",
-                  hint=True, scenario=harness.Scenario("stale", hops=2))
+                  hint=True, scenario=Scenario("stale", hops=2))
     assert_intact(res, "A -> B -> C")
     assert_hinted(res, "scan", "A -> B -> C")
     assert len(res["hops"]) == 1, res["hops"]

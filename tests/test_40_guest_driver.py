@@ -7,12 +7,15 @@ import os
 import re
 import tempfile
 
-from hb import harness
 from hb.hostfiles import dkms_version, installed_module
+from hb.migration import migrate_to_sink
 from hb.rigs import BootedGuest, held_parts, nothing_held
 from hb.testlib import (BUILD, CURRENT, TOP, assert_intact, migrate,
                         need_ours, our_keep_writes_qemu, qemu_bin, sh, tag)
 from hb.testlib import wait_for as _wait
+from hb.verdicts import KERNEL_ERROR_RE
+from hb.vm import VM, balloon_features, balloon_stats, write_sysfs
+from hb.workloads import Scenario
 
 KO = os.path.join(TOP, "guest", "virtio_balloon.ko")
 
@@ -47,7 +50,7 @@ def _sysfs_dir(vm):
 
 
 def _stats(vm):
-    return harness.balloon_stats(vm)
+    return balloon_stats(vm)
 
 
 @tag("driver")
@@ -210,15 +213,15 @@ def test_page_poison_rules():
     in-tree, without poisoning the bit is dropped and reporting stays."""
     props = "free-page-reporting=on,page-poison=on"
     with _Guest(props=props, hint=False) as vm:
-        f = harness.balloon_features(vm)
+        f = balloon_features(vm)
         assert f[4] == "0" and f[5] == "1", f
     with _Guest(props=props, hint=False, kernel_args="page_poison=1") as vm:
-        f = harness.balloon_features(vm)
+        f = balloon_features(vm)
         assert f[4] == "1" and f[5] == "1", f
     # Poisoning on, but the device cannot keep poison: no reporting.
     with _Guest(props="free-page-reporting=on,page-poison=off", hint=False,
                 kernel_args="page_poison=1") as vm:
-        f = harness.balloon_features(vm)
+        f = balloon_features(vm)
         assert f[4] == "0" and f[5] == "0", f
 
 
@@ -230,8 +233,7 @@ def _by_order(st):
 def _stock_round(vm):
     """Start a throttled migration of `vm` to a sink (stock QEMU issues a
     command id) and wait for a finished hint round that hinted something."""
-    vm.qmp("migrate-set-parameters", **{"max-bandwidth": 4 << 20})
-    vm.qmp("migrate", uri="exec:cat > /dev/null")
+    migrate_to_sink(vm)
     return _wait(lambda: (lambda st: st if st.get("rounds", 0) >= 1 and
                           st.get("round_bytes", 0) > 0 and
                           st.get("last_round_ns", 0) > 0 else None)(
@@ -240,7 +242,7 @@ def _stock_round(vm):
 
 def _write_sysfs(vm, path, value):
     """One write(2) of `value`; returns (rc, value read back, stderr)."""
-    rc, _, after, err = harness.write_sysfs(vm, path, value)
+    rc, _, after, err = write_sysfs(vm, path, value)
     return rc, after, err
 
 
@@ -254,10 +256,10 @@ def test_hint_mode_rules():
     init_on_free=1): hint_mode=scan does not load there.  (Scan on a
     device offering bit 16: tests/test_45_*.py.)"""
     with _Guest(qemu="ours", props="free-page-hint-keep-writes=off") as vm:
-        assert harness.balloon_features(vm)[16] == "0"
+        assert balloon_features(vm)[16] == "0"
         d = _sysfs_dir(vm)
         assert _stats(vm)["mode"] == "alloc"
-        assert harness.balloon_features(vm)[7] == "0"
+        assert balloon_features(vm)[7] == "0"
         rc, after, err = _write_sysfs(vm, f"{d}/mode", "scan")
         CURRENT.add("bad_inputs")
         assert rc != 0 and "Invalid argument" in err and after == "alloc", \
@@ -266,7 +268,7 @@ def test_hint_mode_rules():
         assert rc == 0 and after == "alloc", (rc, after, err)
     for karg in ("page_poison=1", "init_on_free=1"):
         with _Guest(qemu="ours", kernel_args=karg) as vm:
-            assert harness.balloon_features(vm)[16] == "1", karg
+            assert balloon_features(vm)[16] == "1", karg
             d = _sysfs_dir(vm)
             assert _stats(vm)["mode"] == "alloc", karg
             rc, after, err = _write_sysfs(vm, f"{d}/mode", "scan")
@@ -321,7 +323,7 @@ def test_hint_round_counters_scan_mode():
     binary = our_keep_writes_qemu()
     _need_driver()
     d = tempfile.mkdtemp(prefix="hb-drv-", dir=os.path.join(BUILD, "tmp"))
-    vm = harness.VM(d, "drv", binary, 1024, "ours", True)
+    vm = VM(d, "drv", binary, 1024, "ours", True)
     vm.boot()
     try:
         vm.guest.hbwork("fill 600 5")
@@ -397,7 +399,7 @@ def test_our_driver_hints_fragmented_memory_better_than_intree():
     got = {}
     for drv in ("intree", "ours"):
         res = migrate(f"frag-{drv}", src_bin=qemu_bin("ours"), balloon=drv,
-                      hint=True, scenario=harness.Scenario("frag"),
+                      hint=True, scenario=Scenario("frag"),
                       balloon_args="hint_alloc_min_order=0"
                       if drv == "ours" else "")
         assert_intact(res, f"frag/{drv}")
@@ -427,8 +429,7 @@ def test_unload_reload_20_times_with_rounds_leaks_nothing():
         base = _meminfo(vm)["free_kb"]
         sysd = None
         for i in range(20):
-            vm.qmp("migrate-set-parameters", **{"max-bandwidth": 4 << 20})
-            vm.qmp("migrate", uri="exec:cat > /dev/null")
+            migrate_to_sink(vm)
             sysd = sysd or _sysfs_dir(vm)
             _wait(lambda: _stats(vm).get("rounds", 0) >= 1, 30,
                   f"hint round {i}")
@@ -441,6 +442,6 @@ def test_unload_reload_20_times_with_rounds_leaks_nothing():
         _wait(lambda: _meminfo(vm)["free_kb"] >= base - 16 * 1024, 30,
               "MemFree back to its level")
         _, dmesg = vm.guest.run("dmesg")
-        bad = [l for l in dmesg if harness.KERNEL_ERROR_RE.search(l) or
+        bad = [l for l in dmesg if KERNEL_ERROR_RE.search(l) or
                "WARNING" in l or "leak" in l.lower()]
         assert not bad, bad

@@ -8,11 +8,16 @@ driver on each guest kernel, data verified on the destination."""
 import os
 import time
 
-from hb import harness
+from hb import env
+from hb.env import guest_initrd, guest_kernel
+from hb.migration import migrate_to_sink
 from hb.rigs import BootedGuest, held, held_parts, nothing_held
 from hb.testlib import (CURRENT, assert_intact, migrate, need_ours,
                         our_keep_writes_qemu, tag)
 from hb.testlib import wait_for as _wait
+from hb.vm import (balloon_features, balloon_stats, device_counters,
+                   write_sysfs)
+from hb.workloads import Scenario
 
 KEEP_WRITES_BIT = 16
 FREE_PAGE_HINT_BIT = 3
@@ -24,7 +29,7 @@ def _need(series):
     """`make images` builds the driver and both test images: a missing one
     is a build failure, not a missing environment."""
     need_ours()
-    assert os.path.exists(harness.guest_initrd(series)), \
+    assert os.path.exists(guest_initrd(series)), \
         f"no test image for {series} (make images)"
 
 
@@ -32,7 +37,7 @@ def _hosts():
     """The hosts of this process's stack and the hint mode `auto` must pick
     on each: stock QEMU offers no HINT_KEEP_WRITES (alloc), ours offers it
     (scan).  Our build lacking the property is a failure."""
-    return [("stock", harness.STOCK_QEMU, "alloc"),
+    return [("stock", env.STOCK_QEMU, "alloc"),
             ("ours", our_keep_writes_qemu(), "scan")]
 
 
@@ -44,9 +49,9 @@ class Guest(BootedGuest):
                  balloon_args="fault_inject=1", extra_args=(),
                  kernel_args="", hint=True, props=""):
         _need(series)
-        super().__init__("ct", binary or harness.STOCK_QEMU, mem, "ours", hint,
-                         kernel=harness.guest_kernel(series),
-                         initrd=harness.guest_initrd(series),
+        super().__init__("ct", binary or env.STOCK_QEMU, mem, "ours", hint,
+                         kernel=guest_kernel(series),
+                         initrd=guest_initrd(series),
                          balloon_args=balloon_args, extra_args=extra_args,
                          kernel_args=kernel_args, device_props=props)
 
@@ -58,11 +63,11 @@ def _dir(vm):
 
 
 def _mode(vm):
-    return harness.balloon_stats(vm)["mode"]
+    return balloon_stats(vm)["mode"]
 
 
 def _write(vm, path, value):
-    rc, _, after, err = harness.write_sysfs(vm, path, value)
+    rc, _, after, err = write_sysfs(vm, path, value)
     return rc, after, err
 
 
@@ -93,13 +98,13 @@ def test_mode_without_keep_writes_is_alloc():
     for series in SERIES:
         for name, binary in hosts:
             with Guest(series, binary) as vm:
-                f = harness.balloon_features(vm)
+                f = balloon_features(vm)
                 assert f[FREE_PAGE_HINT_BIT] == "1", (series, name, f)
                 assert len(f) <= KEEP_WRITES_BIT or \
                     f[KEEP_WRITES_BIT] == "0", (series, name, f)
                 assert _mode(vm) == "alloc", (series, name)
                 _check_refuses_scan(vm, "HINT_KEEP_WRITES")
-                CURRENT.facts[f"mode_{harness.STACK}_{name}_{series}"] = \
+                CURRENT.facts[f"mode_{env.STACK}_{name}_{series}"] = \
                     "alloc"
     # The module parameter cannot ask for scan either: it loads, says why,
     # and uses alloc.
@@ -118,7 +123,7 @@ def test_mode_with_keep_writes_is_scan():
     for series in SERIES:
         for name, binary in hosts:
             with Guest(series, binary) as vm:
-                f = harness.balloon_features(vm)
+                f = balloon_features(vm)
                 assert len(f) > KEEP_WRITES_BIT and \
                     f[KEEP_WRITES_BIT] == "1", (series, name, f)
                 assert _mode(vm) == "scan", (series, name)
@@ -127,7 +132,7 @@ def test_mode_with_keep_writes_is_scan():
                 assert rc == 0 and after == "alloc", (rc, after, err)
                 rc, after, err = _write(vm, f"{d}/mode", "auto")
                 assert rc == 0 and after == "scan", (rc, after, err)
-                CURRENT.facts[f"mode_{harness.STACK}_{name}_{series}"] = \
+                CURRENT.facts[f"mode_{env.STACK}_{name}_{series}"] = \
                     "scan"
     for _, binary in hosts:
         with Guest("6.12", binary, kernel_args="page_poison=1") as vm:
@@ -138,11 +143,9 @@ def test_mode_with_keep_writes_is_scan():
 def _start_round(vm):
     """A throttled migration to a sink: the host issues a command id and a
     round runs; return once one has started."""
-    r0 = harness.balloon_stats(vm).get("rounds", 0)
-    vm.qmp("migrate-set-parameters", **{"max-bandwidth": 4 << 20})
-    vm.qmp("migrate", uri="exec:cat > /dev/null")
-    _wait(lambda: harness.balloon_stats(vm).get("rounds", 0) > r0, 60,
-          "a hint round")
+    r0 = balloon_stats(vm).get("rounds", 0)
+    migrate_to_sink(vm)
+    _wait(lambda: balloon_stats(vm).get("rounds", 0) > r0, 60, "a hint round")
 
 
 def _cancel(vm):
@@ -170,9 +173,9 @@ def _balloon_works(vm, label):
     vm.qmp("balloon", value=1024 << 20)
     _wait(lambda: vm.qmp("query-balloon")["actual"] == 1024 << 20, 120,
           f"{label}: balloon back at 1 GiB")
-    b0 = harness.balloon_stats(vm).get("bytes_hinted", 0)
+    b0 = balloon_stats(vm).get("bytes_hinted", 0)
     _start_round(vm)
-    _wait(lambda: harness.balloon_stats(vm).get("bytes_hinted", 0) > b0, 60,
+    _wait(lambda: balloon_stats(vm).get("bytes_hinted", 0) > b0, 60,
           f"{label}: hinting after restore")
     _cancel(vm)
 
@@ -192,7 +195,7 @@ def test_freeze_restore_with_round_in_flight():
             assert _dmesg(vm, "PM: suspend exit"), series
             assert not _dmesg(vm, "Freezing .* failed|restore failed"), series
             _cancel(vm)
-            _wait(lambda: nothing_held(harness.balloon_stats(vm)), 60,
+            _wait(lambda: nothing_held(balloon_stats(vm)), 60,
                   "no block held")
             _balloon_works(vm, series)
 
@@ -247,10 +250,10 @@ def test_stop_is_sent_again_when_it_cannot_be_queued():
             _fault_point(vm, "fail_stop", 1)
             _start_round(vm)
             s = _wait(lambda: (lambda st: st if st.get("last_round_ns", 0)
-                               else None)(harness.balloon_stats(vm)), 60,
+                               else None)(balloon_stats(vm)), 60,
                       "the round to end")
             c = _wait(lambda: (lambda d: d if d.get("presend-waits", 0)
-                               else None)(harness.device_counters(vm)), 60,
+                               else None)(device_counters(vm)), 60,
                       "the pre-send wait to end")
             assert s["stop_retries"] == 1 and s["rounds_timed_out"] == 0, \
                 (series, s)
@@ -265,16 +268,16 @@ def test_stop_is_sent_again_when_it_cannot_be_queued():
             r0 = s["rounds"]
             _start_round(vm)
             c = _wait(lambda: (lambda d: d if d["presend-timeouts"] > 0
-                               else None)(harness.device_counters(vm)), 60,
+                               else None)(device_counters(vm)), 60,
                       "the pre-send wait to time out")
-            s = harness.balloon_stats(vm)
+            s = balloon_stats(vm)
             assert s["rounds"] == r0 + 1 and s["stop_retries"] >= 2, \
                 (series, s)
             assert _dmesg(vm, "cannot send stop id: -12, sending it later"), \
                 series
             _fault_point(vm, "fail_stop", 0)
             _cancel(vm)
-            _wait(lambda: nothing_held(harness.balloon_stats(vm)), 60,
+            _wait(lambda: nothing_held(balloon_stats(vm)), 60,
                   "DONE to end hinting")
             CURRENT.add("faults", 2)
 
@@ -292,7 +295,7 @@ def test_cancel_ends_the_wait_for_a_round():
         _start_round(vm)
         time.sleep(1)
         st = vm.qmp("query-migrate")["status"]
-        c = harness.device_counters(vm)
+        c = device_counters(vm)
         # the premise: still in setup, in the wait, none ended yet
         assert st == "setup" and c["presend-waits"] == 0, (st, c)
         t0 = time.time()
@@ -300,7 +303,7 @@ def test_cancel_ends_the_wait_for_a_round():
         _wait(lambda: vm.qmp("query-migrate")["status"] == "cancelled", 30,
               "the migration to be cancelled")
         took = time.time() - t0
-        c = harness.device_counters(vm)
+        c = device_counters(vm)
         print(f"    cancelled in {took:.1f} s, {c['presend-wait-ms']} ms "
               "in the wait", flush=True)
         assert took < 5, took
@@ -319,7 +322,7 @@ def test_sysfs_group_only_with_hinting():
     blocks hinted per order are in debugfs, one order per line."""
     for series in SERIES:
         with Guest(series, hint=False) as vm:
-            f = harness.balloon_features(vm)
+            f = balloon_features(vm)
             assert f[FREE_PAGE_HINT_BIT] == "0", (series, f)
             _, out = vm.guest.run(
                 "d=$(ls -d /sys/bus/virtio/devices/*/free_page_hint "
@@ -463,7 +466,7 @@ def _wait_held(vm):
     """The first alloc round of a fresh guest has ended (last_round_ns is
     set) and holds blocks."""
     def ended():
-        s = harness.balloon_stats(vm)
+        s = balloon_stats(vm)
         h = held(s)
         return s if s.get("last_round_ns", 0) > 0 and h > 0 else None
     return _wait(ended, 180, "an alloc round to end holding its blocks")
@@ -496,7 +499,7 @@ def test_alloc_round_leaves_movable_memory_offlinable():
             vm.guest.hbwork("fill 600 5")
             z0 = _zoneinfo(vm)
             assert z0["Movable"]["free"] >= 400 << 8, (series, z0)
-            assert harness.balloon_stats(vm)["rounds"] == 0, series
+            assert balloon_stats(vm)["rounds"] == 0, series
             _start_round(vm)
             st = _wait_held(vm)
             _, out = vm.guest.run(f"cat {DEBUGFS}/*/held_blocks")
@@ -526,14 +529,14 @@ def test_alloc_round_leaves_movable_memory_offlinable():
                 "cat " + " ".join(b + "/state" for b in blocks))
             assert states == ["offline"] * len(blocks), (series, rc, out,
                                                          states)
-            s = harness.balloon_stats(vm)
+            s = balloon_stats(vm)
             assert held_parts(s) == held_parts(st), (series, st, s)
             CURRENT.facts[f"offline_while_held_{series}"] = {
                 "held_mib": hb["pages"] >> 8, "blocks_offlined": len(blocks),
                 "pageblocks": {k: v for k, v in hb.items()
                                if k.startswith("pb_")}}
             _cancel(vm)
-            _wait(lambda: nothing_held(harness.balloon_stats(vm)), 60,
+            _wait(lambda: nothing_held(balloon_stats(vm)), 60,
                   "DONE to give every block back")
 
 
@@ -550,9 +553,9 @@ def test_migrate_our_driver_each_kernel():
         os.environ["HB_GUEST"] = series
         try:
             for name, binary, want in hosts:
-                res = migrate(f"ct-{harness.STACK}-{series}-{name}",
+                res = migrate(f"ct-{env.STACK}-{series}-{name}",
                               src_bin=binary, balloon="ours", hint=True,
-                              scenario=harness.Scenario("stale"))
+                              scenario=Scenario("stale"))
                 if name == "stock":
                     CURRENT.add("stock_runs")
                     if not res.get("ok"):

@@ -17,13 +17,15 @@ Tags: `reliability` (make check), `long` (the 10-migration run),
 """
 import time
 
-from hb import harness, stop_race
-from hb.harness import Scenario, device_counters
+from hb import stop_race
 from hb.rigs import (HELD, MEM, THROTTLE, IothreadGate, Rig, final_migration,
                      held, held_parts, held_round)
 from hb.testlib import (CURRENT, assert_hinted, assert_intact, migrate,
                         need_ours, our_keep_writes_qemu, our_qemu, tag,
                         timeout)
+from hb.verdicts import KERNEL_ERROR_RE
+from hb.vm import device_counters
+from hb.workloads import Scenario
 
 
 @tag("reliability", "faults", "sanitize", "each_stack")
@@ -119,7 +121,7 @@ def test_rmmod_during_round():
         assert not rig.vm.kernel_errors(), rig.vm.kernel_errors()
         _, dmesg = rig.vm.guest.run("dmesg", check=False)
         assert not [ln for ln in dmesg
-                    if harness.KERNEL_ERROR_RE.search(ln)], dmesg[-20:]
+                    if KERNEL_ERROR_RE.search(ln)], dmesg[-20:]
         rig.vm.guest.run("insmod /lib/hb/ours/virtio_balloon.ko")
         s = rig.stats()
         assert "rounds" in s and held(s) == 0, s

@@ -7,9 +7,9 @@ virtio requires it; QEMU reports no error other than the one a test
 provokes, the data is intact and the guest gets its memory back."""
 import re
 
-from hb import harness
 from hb.rigs import Rig
 from hb.testlib import CURRENT, need_ours, tag
+from hb.vm import write_sysfs
 
 
 KNOB_DIR = "/sys/bus/virtio/devices/virtio0/free_page_hint"
@@ -33,7 +33,7 @@ KNOB_GOOD = {"enabled": "1", "min_order": "3",
 
 
 def _write_knob(vm, knob, value):
-    return harness.write_sysfs(vm, f"{KNOB_DIR}/{knob}", value)
+    return write_sysfs(vm, f"{KNOB_DIR}/{knob}", value)
 
 
 @tag("reliability", "bad_input", "sanitize", "each_stack")

@@ -4,9 +4,10 @@ qom-set: QEMU refuses each, names the property, keeps its value, and
 prints no error report of its own (assertion, sanitizer)."""
 import subprocess
 
-from hb.harness import VM, machine_for
+from hb.env import machine_for
 from hb.rigs import tmpdir
 from hb.testlib import CURRENT, our_qemu, tag
+from hb.vm import VM
 
 
 def _qemu_cmdline(binary, device):

@@ -23,9 +23,11 @@ import os
 import re
 import subprocess
 
-from hb import harness
-from hb.harness import BUILD, Scenario
-from hb.testlib import assert_hinted, assert_intact, migrate, need_ours, our_qemu, tag
+from hb import env
+from hb.env import BUILD
+from hb.testlib import assert_intact, migrate, need_ours, our_qemu, tag
+from hb.vm import VM
+from hb.workloads import Scenario
 
 KEEP_WRITES_BIT = 16
 
@@ -116,9 +118,9 @@ def _offered(binary, workdir, name, machine=None, props="",
     x-query-virtio-status reports them: (names, undecoded bitmap, the
     free-page-hint-keep-writes property).  keep_writes=False: the device
     default."""
-    vm = harness.VM(workdir, name, binary, mem_mib=256, balloon="intree",
-                    hint=True, device_props=props, machine=machine,
-                    keep_writes=keep_writes)
+    vm = VM(workdir, name, binary, mem_mib=256, balloon="intree",
+            hint=True, device_props=props, machine=machine,
+            keep_writes=keep_writes)
     vm.launch()
     try:
         st = vm.qmp("x-query-virtio-status",
@@ -150,7 +152,7 @@ def test_keep_writes_is_opt_in_on_every_machine_type():
     with free-page-hint-keep-writes=on, and never without free-page-hint.
     The check sees the bit when it is offered."""
     binary = our_qemu()
-    workdir = os.path.join(BUILD, "tmp", f"kw-{harness.STACK}-{os.getpid()}")
+    workdir = os.path.join(BUILD, "tmp", f"kw-{env.STACK}-{os.getpid()}")
     os.makedirs(workdir, exist_ok=True)
     machines = _pc_machines(binary)
     assert len(machines) > 10, machines

@@ -9,8 +9,8 @@ also runs the rule's opposite where that proves its premise: with the
 ratio 0 (a round after every sync, as stock QEMU does) the same idle
 guest's free memory is hinted again and again.  Every migration verifies
 the guest's data on the destination and fails on any kernel error."""
-from hb import harness
-from hb.harness import Scenario
+from hb.vm import device_counters
+from hb.workloads import Scenario
 from hb.rigs import MEM, Rig
 from hb.testlib import (assert_hinted, assert_intact, migrate, need_ours,
                         our_qemu, tag, wait_for)
@@ -25,7 +25,7 @@ PASS_BW = 16 << 20        # bytes/s: a first pass of a few seconds
 def _counters_when(rig, pred, timeout, what):
     """The source device's hint counters, once pred(counters) holds."""
     def ready():
-        c = harness.device_counters(rig.vm)
+        c = device_counters(rig.vm)
         return c if c and pred(c) else None
     return wait_for(ready, timeout=timeout, what=what)
 

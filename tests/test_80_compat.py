@@ -10,11 +10,13 @@ hinting is what they measure, so their verdict is recorded
 intact."""
 import os
 
-from hb import harness
-from hb.harness import Scenario
+from hb import env
+from hb.env import use_stack
 from hb.rigs import MEM, Rig, held
 from hb.testlib import (assert_hinted, assert_intact, migrate, need_ours,
                         our_qemu, record_reference, reference, tag)
+from hb.vm import balloon_features
+from hb.workloads import Scenario
 
 FREE_PAGE_HINT_BIT = 3
 
@@ -22,11 +24,11 @@ FREE_PAGE_HINT_BIT = 3
 def _pair(driver, qemu):
     if driver == "ours":
         need_ours()
-    binary = harness.STOCK_QEMU if qemu == "stock" else our_qemu()
+    binary = env.STOCK_QEMU if qemu == "stock" else our_qemu()
     seen = {}
 
     def negotiated(vm, _res):
-        seen["features"] = harness.balloon_features(vm)
+        seen["features"] = balloon_features(vm)
 
     res = migrate(f"compat-{driver}-{qemu}", src_bin=binary, balloon=driver,
                   hint=True, scenario=Scenario("stale", mem_mib=MEM),
@@ -80,7 +82,7 @@ def test_cross_version_stock_to_ours_and_back_with_hinting():
     destination delivers DONE (nothing stays held)."""
     need_ours()
     knob = "/sys/bus/virtio/devices/virtio0/free_page_hint/enabled"
-    with Rig("x-hint", binary=harness.STOCK_QEMU) as rig:
+    with Rig("x-hint", binary=env.STOCK_QEMU) as rig:
         rig.boot(prepare=False)
         rig.vm.guest.run(f"echo 0 > {knob}")
         rig.prepare()
@@ -88,7 +90,7 @@ def test_cross_version_stock_to_ours_and_back_with_hinting():
         rig.verify("stock -> ours")
         assert rig.vm.qmp("query-balloon")["actual"] == MEM << 20
         rig.vm.guest.run(f"echo 1 > {knob}")
-        rig.migrate(binary=harness.STOCK_QEMU)
+        rig.migrate(binary=env.STOCK_QEMU)
         assert rig.hinted_pages() > 0, rig.last_counters
         rig.verify("ours -> stock")
         s = rig.stats()
@@ -100,11 +102,11 @@ def test_cross_version_stock_to_ours_and_back_with_hinting():
 def test_cross_version_stock_to_ours_and_back_without_hinting():
     """The same with the in-tree driver and free-page-hint=off."""
     with Rig("x-nohint", balloon="intree", hint=False,
-             binary=harness.STOCK_QEMU) as rig:
+             binary=env.STOCK_QEMU) as rig:
         rig.boot()
         rig.migrate(binary=our_qemu())
         rig.verify("stock -> ours")
-        rig.migrate(binary=harness.STOCK_QEMU)
+        rig.migrate(binary=env.STOCK_QEMU)
         rig.verify("ours -> stock")
 
 
@@ -114,7 +116,7 @@ def _other_kernel(stack, series):
     """Our driver on the guest kernel of the other stack, on our QEMU of
     `stack`, hinting in scan mode (our QEMU offers HINT_KEEP_WRITES)."""
     need_ours()
-    harness.use_stack(stack)
+    use_stack(stack)
     os.environ["HB_GUEST"] = series          # this test's process only
     res = migrate(f"compat-linux-{series}-on-qemu-{stack}", src_bin=our_qemu(),
                   balloon="ours", hint=True,

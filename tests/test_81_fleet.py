@@ -21,7 +21,10 @@ import re
 import subprocess
 import tempfile
 
-from hb import harness
+from hb import env
+from hb.env import BUILD, module_wrapper
+from hb.migration import wait_running
+from hb.vm import balloon_features
 from hb.rigs import MEM, Rig, held
 from hb.testlib import (CURRENT, need_ours, our_qemu, record_reference,
                         tag, timeout)
@@ -34,8 +37,7 @@ def _help_of(binary, what, modules=None):
     """The names `binary -WHAT help` lists; a stock binary runs with
     `modules` (default: its own) at Debian's module path, as an installed
     qemu-system-x86 with its recommended module packages has them."""
-    cmd = harness.module_wrapper(binary, modules) + [binary, f"-{what}",
-                                                     "help"]
+    cmd = module_wrapper(binary, modules) + [binary, f"-{what}", "help"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
                        check=False)
     assert p.returncode == 0 and not p.stderr.strip(), \
@@ -50,7 +52,7 @@ def test_drop_in_same_devices_backends_machines_as_debian():
     comparison sees a device that is missing."""
     ours = our_qemu()
     for what in ("device", "netdev", "machine"):
-        theirs = _help_of(harness.STOCK_QEMU, what)
+        theirs = _help_of(env.STOCK_QEMU, what)
         mine = _help_of(ours, what)
         assert len(theirs) > 5, f"-{what} help of Debian's QEMU: {theirs}"
         missing = sorted(theirs - mine)
@@ -61,9 +63,9 @@ def test_drop_in_same_devices_backends_machines_as_debian():
     # The comparison sees a missing device: without its module folder,
     # Debian's binary lacks the devices of its module packages.
     empty = tempfile.mkdtemp(prefix="hb-nomodules-",
-                             dir=os.path.join(harness.BUILD, "tmp"))
+                             dir=os.path.join(BUILD, "tmp"))
     try:
-        bare = _help_of(harness.STOCK_QEMU, "device", modules=empty)
+        bare = _help_of(env.STOCK_QEMU, "device", modules=empty)
     finally:
         os.rmdir(empty)
     gone = _help_of(ours, "device") - bare
@@ -125,12 +127,12 @@ def _round_trip(driver, start):
     `start` ("ours" or "stock") and goes to the other QEMU and back."""
     if driver == "ours":
         need_ours()
-    bins = {"ours": our_qemu(), "stock": harness.STOCK_QEMU}
+    bins = {"ours": our_qemu(), "stock": env.STOCK_QEMU}
     other = "stock" if start == "ours" else "ours"
     with Rig(f"fleet-{driver}-{start}", balloon=driver, mem_mib=MEM,
              binary=bins[start], keep_writes=False, defaults=True) as rig:
         rig.boot()
-        f = harness.balloon_features(rig.vm)
+        f = balloon_features(rig.vm)
         assert len(f) <= KEEP_WRITES_BIT or f[KEEP_WRITES_BIT] == "0", \
             f"KEEP_WRITES negotiated with the device defaults: {f}"
         if driver == "ours":
@@ -184,10 +186,10 @@ def test_opted_in_guest_stays_on_source_when_destination_is_stock():
     with Rig("fleet-opted-in", balloon="ours", keep_writes=True,
              defaults=True) as rig:
         rig.boot()
-        f = harness.balloon_features(rig.vm)
+        f = balloon_features(rig.vm)
         assert len(f) > KEEP_WRITES_BIT and f[KEEP_WRITES_BIT] == "1", f
         assert rig.stats().get("mode") == "scan", rig.stats()
-        rig.start_migration(binary=harness.STOCK_QEMU, keep_writes=False,
+        rig.start_migration(binary=env.STOCK_QEMU, keep_writes=False,
                             extra_caps=("return-path",))
         rig.migration_fault()
         # What the two ends print about the refusal, and only that.
@@ -209,7 +211,7 @@ def test_opted_in_guest_stays_on_source_when_destination_is_stock():
               f"{KEEP_WRITES_BIT} (VIRTIO_BALLOON_F_HINT_KEEP_WRITES); "
               f"source error: {info.get('error-desc')}")
         rig.dst = None
-        harness.wait_running(rig.vm)
+        wait_running(rig.vm)
         CURRENT.add("faults")
         rig.verify("after the refused migration, on the source")
         rig.migrate()

@@ -4,11 +4,11 @@ hinting set with <qemu:override> (Documentation/libvirt.md), live-migrated
 with `virsh migrate --live` between two libvirt hosts (two private libvirtd
 daemons on this machine, tests/hb/libvirt.py), its data verified on the
 destination."""
-from hb import harness
 from hb import libvirt as lv
 from hb.testlib import (CURRENT, Skip, assert_hinted, assert_intact,
                         log_result, need_ours, our_keep_writes_qemu, tag,
                         timeout)
+from hb.workloads import Scenario
 
 
 @tag("libvirt", "compat")
@@ -26,7 +26,7 @@ def test_libvirt_live_migration_hints_free_pages():
         raise Skip(why)
     need_ours()
     binary = our_keep_writes_qemu()
-    sc = harness.Scenario("stale", mem_mib=1024)
+    sc = Scenario("stale", mem_mib=1024)
     with lv.TwoHosts() as hosts:
         res = lv.migrate_once(hosts, binary, sc, balloon="ours", hint=True,
                               keep_writes=True)

@@ -11,16 +11,17 @@ counted (stock_runs/stock_losses), never asserted."""
 import os
 import subprocess
 
-from hb import harness
-from hb.harness import Scenario
+from hb import env
+from hb.env import OUR_QEMU_10, STOCK_QEMU_10, guest_kernel
 from hb.testlib import (assert_hinted, assert_intact, migrate,
                         record_reference, reference, tag)
+from hb.workloads import Scenario
 
 MEM = 1024
 NODE0 = 256              # MiB; node 1 gets the rest
 BINARIES = {
-    "ours-10.0": harness.OUR_QEMU_10,
-    "stock-10.0": harness.STOCK_QEMU_10,
+    "ours-10.0": OUR_QEMU_10,
+    "stock-10.0": STOCK_QEMU_10,
 }
 
 
@@ -51,14 +52,14 @@ def _roms(binary, *extra):
 
 @tag("lint", "stacks")
 def test_every_qemu_finds_its_firmware_without_L():
-    kernel = harness.guest_kernel()
+    kernel = guest_kernel()
     for name, path in BINARIES.items():
         rc, out = _roms(_need(path), "-kernel", kernel)
         assert rc == 0, f"{name}: {out[-1000:]}"
         assert "bios-256k.bin" in out, f"{name}: no BIOS loaded:\n{out}"
         assert "linuxboot_dma.bin" in out, f"{name}: no linuxboot ROM:\n{out}"
     # The check sees a missing firmware: a BIOS name no folder has.
-    rc, out = _roms(_need(harness.OUR_QEMU), "-bios", "hb-no-such-bios.bin")
+    rc, out = _roms(_need(env.OUR_QEMU), "-bios", "hb-no-such-bios.bin")
     assert rc != 0 and "hb-no-such-bios.bin" in out, out
 
 

@@ -11,7 +11,7 @@ the same guest kernel (10.0 + Linux 6.12).  Our QEMU runs opted in to
 free-page-hint-keep-writes, as a fleet whose hosts all run it.
 
 The matrix is scenarios.py's; each run goes through engine.py (one
-harness.migrate_once() under a watchdog); report.py turns the runs into
+hb.migration.migrate_once() under a watchdog); report.py turns the runs into
 statistics and Markdown tables, plot.py into plots.  Output in
 build/bench/STACK/ (DIR/STACK/ with --out DIR):
   results.json  every run, raw (incl. query-migrate, counters)
@@ -33,7 +33,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(TOP, "tests"))
 sys.path.insert(0, HERE)
-from hb import harness  # noqa: E402  pylint: disable=C0413
+from hb import env  # noqa: E402  pylint: disable=C0413
+from hb.env import (DEFAULT_STACK, STACKS,  # noqa: E402  pylint: disable=C0413
+                    guest_kver, save_json)
+from hb.migration import PREALLOC_DST  # noqa: E402  pylint: disable=C0413
+from hb.vm import install_cleanup  # noqa: E402  pylint: disable=C0413
+from hb.workloads import DOWNTIME_LIMIT_MS  # noqa: E402  pylint: disable=C0413
 
 import engine  # noqa: E402  pylint: disable=C0413
 import host  # noqa: E402  pylint: disable=C0413
@@ -48,7 +53,7 @@ def use_stack(stack, out=None):
     """Run the bench on `stack`: its QEMUs and guest kernel, its own
     output folder, OUT/STACK (OUT: `out`, else build/bench)."""
     global OUT, RESULTS, TABLE  # pylint: disable=global-statement
-    harness.use_stack(stack)
+    env.use_stack(stack)
     base = os.path.abspath(out) if out else os.path.join(TOP, "build", "bench")
     OUT = os.path.join(base, stack)
     RESULTS = os.path.join(OUT, "results.json")
@@ -68,7 +73,7 @@ def estimate(cell, history):
 
 
 def write_outputs(results):
-    harness.save_json(RESULTS, results)
+    save_json(RESULTS, results)
     with open(TABLE, "w") as f:
         f.write(report.make_table(results))
     with open(os.path.join(OUT, "summary.json"), "w") as f:
@@ -82,11 +87,12 @@ def write_outputs(results):
 
 
 def main():
+    install_cleanup()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--stack", choices=sorted(harness.STACKS),
-                    default=harness.DEFAULT_STACK,
+    ap.add_argument("--stack", choices=sorted(STACKS),
+                    default=DEFAULT_STACK,
                     help="the stack to measure against its stock pair "
-                    f"(default {harness.DEFAULT_STACK})")
+                    f"(default {DEFAULT_STACK})")
     ap.add_argument("--quick", action="store_true",
                     help="1 GiB, configs a b d, fresh+stale(+bw), r on "
                     "stale, r and d on recent, 1 repeat")
@@ -120,9 +126,9 @@ def main():
                     "run; fails where the knobs are missing; restored "
                     "after; the results are labelled host-tuned")
     ap.add_argument("--downtime-limit", type=int, metavar="MS",
-                    default=harness.DOWNTIME_LIMIT_MS,
+                    default=DOWNTIME_LIMIT_MS,
                     help="migration downtime-limit for every run "
-                    f"(default {harness.DOWNTIME_LIMIT_MS}, QEMU's own)")
+                    f"(default {DOWNTIME_LIMIT_MS}, QEMU's own)")
     a = ap.parse_args()
     use_stack(a.stack, a.out)
     if not 1 <= a.downtime_limit <= 2000000:
@@ -161,13 +167,13 @@ def main():
         host.hold_freed_memory(host.HOLD_WARM_MIB)
         tuned.append("--host-warm-memory: page_reporting " + " ".join(
             f"{k}={v}" for k, v in host.REPORTING_HOLD))
-    dst_args = harness.PREALLOC_DST if a.dst_prealloc else ()
+    dst_args = PREALLOC_DST if a.dst_prealloc else ()
     our_bin = host.snapshot_our_qemu(os.path.join(OUT, "qemu"))
     meta = host.machine_info(our_bin)
     if not meta["our_qemu_patched"]:
-        log(f"WARNING: {harness.OUR_QEMU} has no "
+        log(f"WARNING: {env.OUR_QEMU} has no "
             "free-page-hint-wait-ms property: not the patched QEMU")
-    meta.update(stack=a.stack, guest_kernel=harness.guest_kver(),
+    meta.update(stack=a.stack, guest_kernel=guest_kver(),
                 mode=mode, repeats=repeats, compare_repeats=compare,
                 started=time.strftime("%Y-%m-%d %H:%M:%S"),
                 command=" ".join([sys.executable] + sys.argv),
@@ -236,7 +242,7 @@ def main():
                f" {res.get('kernel_errors', [])[:1]}"))
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         meta["elapsed_min"] = round((time.time() - t_start) / 60, 1)
-        harness.save_json(RESULTS, results)
+        save_json(RESULTS, results)
     pngs = write_outputs(results)
     print(report.make_table(results))
     for line in report.headline(results):

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Run one benchmark cell once through harness.migrate_once(), under a
+"""Run one benchmark cell once through hb.migration.migrate_once(), under a
 watchdog, with the in-guest probes the report needs: a poll of the hint
 round counters, and for "stale+bw" a memory-bandwidth probe.  With free
 page reporting, the wait for it to settle (settle_reporting()); "recent"
@@ -11,7 +11,14 @@ import tempfile
 import threading
 import time
 
-from hb import harness
+from hb import env
+from hb.channel import parse_kv
+from hb.env import BUILD, STOCK_BINARIES
+from hb.migration import drop_workdir, migrate_once
+from hb.vm import (SETTLE_MAX_S, VM, live_vms, rss_anon_kib,
+                   settle_reporting)
+from hb.workloads import (DOWNTIME_LIMIT_MS, prepare_guest, verify_guest,
+                          wait_guest)
 
 import scenarios
 
@@ -31,16 +38,12 @@ HINT_POLL = ("( d=$(ls -d /sys/bus/virtio/devices/*/free_page_hint | head -1);"
 REUSE_PASSES = 3
 
 
-rss_anon_kib = harness.rss_anon_kib
-settle_reporting = harness.settle_reporting
-
-
 def _stop_probe(g, name):
     """Stop an in-guest probe loop started with `& echo $! > /tmp/NAME.pid`
     and wait until the loop is gone; returns its output lines."""
     g.run(f"kill $(cat /tmp/{name}.pid)", check=False)
-    harness.wait_guest(g, f"! kill -0 $(cat /tmp/{name}.pid) 2>/dev/null",
-                       f"the {name} probe did not stop")
+    wait_guest(g, f"! kill -0 $(cat /tmp/{name}.pid) 2>/dev/null",
+               f"the {name} probe did not stop")
     _, out = g.run(f"cat /tmp/{name}.out", check=False)
     return out
 
@@ -73,8 +76,8 @@ def make_hooks(workload, balloon, settle=False, multifd=False, stale_mib=0,
                 f"$(hbwork bandwidth {BW_MIB} {BW_SLICE_S})\"; done ) "
                 "> /tmp/bw.out 2>&1 & echo $! > /tmp/bw.pid")
             # one slice before the migration starts
-            harness.wait_guest(vm.guest, "grep -q '^T ' /tmp/bw.out",
-                               "no bandwidth slice")
+            wait_guest(vm.guest, "grep -q '^T ' /tmp/bw.out",
+                       "no bandwidth slice")
         _, out = vm.guest.run("cut -d' ' -f1 /proc/uptime", check=False)
         try:
             res["guest_uptime_at_migrate"] = float(out[0])
@@ -92,7 +95,7 @@ def make_hooks(workload, balloon, settle=False, multifd=False, stale_mib=0,
             res["freed_before_migrate_ms"] = round((time.time() - t) * 1000)
             for line in out:
                 if line.startswith("HBWORK "):
-                    res["meminfo_at_migrate"] = harness.parse_kv(line)
+                    res["meminfo_at_migrate"] = parse_kv(line)
         if multifd:
             res["zero_page_detection"] = src.qmp(
                 "query-migrate-parameters").get("zero-page-detection")
@@ -106,12 +109,12 @@ def make_hooks(workload, balloon, settle=False, multifd=False, stale_mib=0,
 
 
 def run_one(cell, rep, our_bin, seed, dst_args=(),
-            downtime_limit_ms=harness.DOWNTIME_LIMIT_MS):
+            downtime_limit_ms=DOWNTIME_LIMIT_MS):
     """One migration of `cell`; returns the harness's result dict with the
     cell, the watchdog's verdict and the wall time added."""
     qemu, balloon, hint, bargs, _ = scenarios.CONFIGS[cell.config]
     extra = scenarios.extras(cell.config)
-    binary = harness.STOCK_QEMU if qemu == "stock" else our_bin
+    binary = env.STOCK_QEMU if qemu == "stock" else our_bin
     sc = scenarios.scenario(cell, seed, downtime_limit_ms)
     settle = scenarios.settles(cell)
     multifd = extra.get("multifd_channels", 0)
@@ -126,16 +129,16 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
     # console for KERNEL_ERR_GRACE_S.
     limit = 240 + 60 * (cell.mem_mib // 1024)
     if settle:
-        limit += harness.SETTLE_MAX_S
+        limit += SETTLE_MAX_S
     if cell.workload == "reuse":
-        limit += REUSE_PASSES * (harness.SETTLE_MAX_S + 30 * (cell.mem_mib // 1024))
+        limit += REUSE_PASSES * (SETTLE_MAX_S + 30 * (cell.mem_mib // 1024))
     fired = []
     stop = threading.Event()
 
     def watchdog():
         start, seen = time.time(), None
         while not stop.wait(2):
-            live = harness.live_vms()
+            live = live_vms()
             why = None
             if time.time() - start > limit:
                 why = f"watchdog: run exceeded {limit}s"
@@ -158,7 +161,7 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
             res = reuse_once(binary, balloon, hint, bargs,
                              extra.get("device_props", ""), sc)
         else:
-            res = harness.migrate_once(
+            res = migrate_once(
                 binary, binary, balloon=balloon, hint=hint, scenario=sc,
                 balloon_args=bargs, device_props=extra.get("device_props", ""),
                 timeout=limit, on_source_ready=src_ready,
@@ -178,8 +181,8 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
         res["ok"] = False
         res["error"] = f"{fired[0]} ({res.get('error')})"
     res["cell"] = dict(cell._asdict(), rep=rep)
-    if not res.get("ok") and binary in harness.STOCK_BINARIES:
-        harness.drop_workdir(res)   # counted in the report, not debugged
+    if not res.get("ok") and binary in STOCK_BINARIES:
+        drop_workdir(res)   # counted in the report, not debugged
     return res
 
 
@@ -194,7 +197,7 @@ def reuse_once(binary, balloon, hint, balloon_args, device_props, sc):
     guest's data is verified in place at the end.  Returns a record like
     migrate_once()'s, with "reuse": one dict per pass."""
     workdir = tempfile.mkdtemp(prefix="hb-reuse-",
-                               dir=os.path.join(harness.BUILD, "tmp"))
+                               dir=os.path.join(BUILD, "tmp"))
     res = {"config": {"src": binary, "balloon": balloon, "hint": hint,
                       "workload": sc.workload, "mem_mib": sc.mem_mib,
                       "seed": sc.seed, "smp": sc.smp,
@@ -202,15 +205,15 @@ def reuse_once(binary, balloon, hint, balloon_args, device_props, sc):
                       "balloon_args": balloon_args},
            "ok": False, "data_intact": None, "kernel_errors": [],
            "workdir": workdir, "status": "no migration"}
-    vm = harness.VM(workdir, "src", binary, sc.mem_mib, balloon, hint,
-                    balloon_args=balloon_args, device_props=device_props,
-                    smp=sc.smp)
+    vm = VM(workdir, "src", binary, sc.mem_mib, balloon, hint,
+            balloon_args=balloon_args, device_props=device_props,
+            smp=sc.smp)
     mib = sc.mem_mib * sc.stale_pct // 100
     try:
         t0 = time.time()
         vm.boot()
         res["boot_s"] = round(time.time() - t0, 1)
-        harness.prepare_guest(vm, sc, res)
+        prepare_guest(vm, sc, res)
         passes = []
         for i in range(REUSE_PASSES):
             st = settle_reporting(vm)
@@ -222,7 +225,7 @@ def reuse_once(binary, balloon, hint, balloon_args, device_props, sc):
                            "rss_before_mib": (rss0 or 0) >> 10,
                            "rss_after_mib": (rss1 or 0) >> 10})
         res["reuse"] = passes
-        res["data_intact"] = harness.verify_guest(vm, sc, res)
+        res["data_intact"] = verify_guest(vm, sc, res)
         res["kernel_errors"] = (vm.kernel_errors() +
                                 res["verify"].get("dmesg_errors", []))
         res["ok"] = bool(res["data_intact"] and not res["kernel_errors"])

@@ -15,7 +15,8 @@ import signal
 import subprocess
 import time
 
-from hb import harness
+from hb import env
+from hb.env import guest_kernel
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -225,12 +226,12 @@ def machine_info(our_bin):
         "kernel": platform.release(),
         "host": sh("uname -a"),
         "host_cmdline": sh("cat /proc/cmdline"),
-        "stock_qemu": sh(f"{harness.STOCK_QEMU} --version | head -1"),
+        "stock_qemu": sh(f"{env.STOCK_QEMU} --version | head -1"),
         "our_qemu": sh(f"{our_bin} --version | head -1"),
-        "our_qemu_key": sh(f"cat {os.path.dirname(harness.OUR_QEMU)}/.key"),
+        "our_qemu_key": sh(f"cat {os.path.dirname(env.OUR_QEMU)}/.key"),
         "our_qemu_patched": "free-page-hint-wait-ms" in sh(
             f"{our_bin} -device virtio-balloon-pci,help 2>&1"),
-        "guest_kernel": harness.guest_kernel(),
+        "guest_kernel": guest_kernel(),
         "host_thp": host_thp(),
         "host_reporting": host_reporting(),
         "fault_ns_per_4k": fault_probe(),
@@ -255,11 +256,11 @@ def snapshot_our_qemu(copy_dir):
     """Copy build/qemu/qemu-system-x86_64 into copy_dir so that a rebuild
     during the run does not change the binary under test (the name stays
     qemu-system-x86_64: the main thread's name is the CPU-time key)."""
-    if not os.access(harness.OUR_QEMU, os.X_OK):
-        raise SystemExit(f"{harness.OUR_QEMU} missing; run make qemu")
+    if not os.access(env.OUR_QEMU, os.X_OK):
+        raise SystemExit(f"{env.OUR_QEMU} missing; run make qemu")
     os.makedirs(copy_dir, exist_ok=True)
     dst = os.path.join(copy_dir, "qemu-system-x86_64")
-    shutil.copy2(harness.OUR_QEMU, dst + ".tmp")
+    shutil.copy2(env.OUR_QEMU, dst + ".tmp")
     os.replace(dst + ".tmp", dst)
     subprocess.run([dst, "--version"], check=True, capture_output=True,
                    timeout=30)

@@ -6,7 +6,7 @@ heading."""
 import json
 import statistics
 
-from hb import harness
+from hb.channel import parse_kv
 
 from engine import BW_SLICE_S
 from scenarios import CONFIG_ORDER, NOTHING_STALE, REF, SMP, WORKLOAD_ORDER
@@ -179,7 +179,7 @@ def bw_during(run):
             t = float(parts[1])
         except ValueError:
             continue
-        kv = harness.parse_kv(" ".join(parts[2:]))
+        kv = parse_kv(" ".join(parts[2:]))
         if _num(kv.get("mib_s")) is None:
             continue
         if t < end and t + BW_SLICE_S > u0:

@@ -15,10 +15,10 @@ times.  Configurations:
      multifd threads: zero-page-detection=multifd, QEMU's default)
 
 With free page reporting on (r, d+r) a migration starts only once the
-guest's reporting has settled (harness.settle_reporting()), except in
+guest's reporting has settled (hb.vm.settle_reporting()), except in
 "recent", whose point is that it has not run yet.
 
-Workloads are the harness's (tests/hb/harness.py prepare_guest): fresh,
+Workloads are the harness's (tests/hb/workloads.py prepare_guest): fresh,
 stale, frag, churn, cache; "stale+bw" is stale with a memory-bandwidth
 probe (hbwork bandwidth) running in the guest before and during the
 migration; "churn-all" is churn with one churn process per vCPU;
@@ -34,7 +34,7 @@ that reuses them).
 """
 import collections
 
-from hb import harness
+from hb.workloads import DOWNTIME_LIMIT_MS, Scenario
 
 CONFIGS = {
     # name: (qemu, balloon, hint, balloon_args, description)
@@ -92,7 +92,7 @@ def settles(cell):
         cell.workload != "recent"
 
 
-def scenario(cell, seed, downtime_limit_ms=harness.DOWNTIME_LIMIT_MS):
+def scenario(cell, seed, downtime_limit_ms=DOWNTIME_LIMIT_MS):
     """The harness Scenario of a cell.  "recent" is the harness's fresh:
     the bench writes its stale data after the guest is prepared and frees
     it right before the migration (engine.py)."""
@@ -103,11 +103,11 @@ def scenario(cell, seed, downtime_limit_ms=harness.DOWNTIME_LIMIT_MS):
                 "reuse": "stale"}.get(wl, wl)
     extra = {"stale_pct": 0} if wl == "fresh+churn-all" else {}
     per_vcpu = wl in ("churn-all", "fresh+churn-all")
-    return harness.Scenario(workload=workload, mem_mib=cell.mem_mib,
-                            seed=seed, downtime_limit_ms=downtime_limit_ms,
-                            smp=cell.smp,
-                            churn_procs=cell.smp if per_vcpu else 1,
-                            hops=2 if wl == "stale-abc" else 1, **extra)
+    return Scenario(workload=workload, mem_mib=cell.mem_mib,
+                    seed=seed, downtime_limit_ms=downtime_limit_ms,
+                    smp=cell.smp,
+                    churn_procs=cell.smp if per_vcpu else 1,
+                    hops=2 if wl == "stale-abc" else 1, **extra)
 
 
 def full_matrix():

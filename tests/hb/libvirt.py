@@ -31,9 +31,9 @@ the daemons' namespaces if the test process dies without leaving the
 context (a runner timeout kills the process group, and libvirt starts each
 QEMU in a session of its own).
 
-migrate_once() is harness.migrate_once() for a libvirt-managed guest: it
-returns a record of the same shape, so testlib.assert_intact() and
-testlib.assert_hinted() apply to it.
+migrate_once() is hb.migration.migrate_once() for a libvirt-managed
+guest: it returns a record of the same shape, so testlib.assert_intact()
+and testlib.assert_hinted() apply to it.
 """
 import json
 import os
@@ -47,8 +47,11 @@ import time
 import uuid
 from xml.sax.saxutils import escape, quoteattr
 
-from . import harness
-from .harness import BUILD, QEMU_ERROR_RE, Guest
+from .channel import Guest, GuestError
+from .env import BUILD, guest_initrd, guest_kernel, log
+from .verdicts import QEMU_ERROR_RE
+from .vm import GuestOutput, balloon_stats
+from .workloads import Scenario, prepare_guest, verify_guest
 
 LIBVIRTD = "/usr/sbin/libvirtd"
 VIRSH = "/usr/bin/virsh"
@@ -328,19 +331,19 @@ class TwoHosts:
                 try:
                     d.stop()
                 except Exception as e:  # pylint: disable=broad-except
-                    harness.log(f"libvirt host {d.name}: stop: {e}")
+                    log(f"libvirt host {d.name}: stop: {e}")
         if self._reaper:
             self._reaper.stdin.close()      # nothing left for it to end
             self._reaper.wait()
             self._reaper = None
         left = _in_namespace_of(self.root)
         if left:
-            harness.log(f"processes left in the libvirt hosts' namespaces: "
-                        f"{left}")
+            log(f"processes left in the libvirt hosts' namespaces: "
+                f"{left}")
         if exc_type is None and not self.keep and not left:
             shutil.rmtree(self.root, ignore_errors=True)
         else:
-            harness.log(f"libvirt hosts' folder kept: {self.root}")
+            log(f"libvirt hosts' folder kept: {self.root}")
         return False
 
 
@@ -353,8 +356,8 @@ def domain_xml(name, binary, mem_mib=1024, smp=2, balloon="ours",
     free page hinting set through <qemu:override> on an IOThread of
     <iothreads>, and with keep_writes VIRTIO_BALLOON_F_HINT_KEEP_WRITES
     offered (free-page-hint-keep-writes=on)."""
-    kernel = kernel or harness.guest_kernel()
-    initrd = initrd or os.environ.get("HB_INITRD") or harness.guest_initrd()
+    kernel = kernel or guest_kernel()
+    initrd = initrd or os.environ.get("HB_INITRD") or guest_initrd()
     cmdline = f"console=ttyS0 loglevel=5 panic=0 hb.balloon={balloon}"
     if balloon_args:
         cmdline += f" hb.balloon_args={balloon_args.replace(' ', ',')}"
@@ -418,8 +421,8 @@ def domain_xml(name, binary, mem_mib=1024, smp=2, balloon="ours",
 _TIMESTAMP_RE = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+Z ")
 
 
-class Domain(harness.GuestOutput):
-    """The guest `name` on one host, with what harness.VM offers the
+class Domain(GuestOutput):
+    """The guest `name` on one host, with what hb.vm.VM offers the
     harness's guest functions (prepare_guest, verify_guest, balloon_stats):
     .guest (the command channel), the console, the QEMU's output."""
 
@@ -463,15 +466,15 @@ class Domain(harness.GuestOutput):
         while "HB READY" not in self.console_text():
             why = self._dead()
             if why or time.time() > deadline:
-                raise harness.GuestError(
+                raise GuestError(
                     f"{self.name}: {why or 'no HB READY'} after boot; "
                     f"console ends: {self.console_text()[-1500:]!r}; QEMU "
                     f"log ends: {self.log_text()[-1500:]!r}")
             time.sleep(0.2)
         errs = self.guest_errors()
         if errs:
-            raise harness.GuestError(f"{self.name}: guest setup failed: "
-                                     f"{errs}")
+            raise GuestError(f"{self.name}: guest setup failed: "
+                             f"{errs}")
         self.guest.connect()
 
     def log_path(self):
@@ -480,7 +483,7 @@ class Domain(harness.GuestOutput):
 
     def qemu_errors(self):
         """The lines of QEMU's stderr that report an error
-        (harness.QEMU_ERROR_RE, read without libvirt's timestamps)."""
+        (QEMU_ERROR_RE, read without libvirt's timestamps)."""
         out = []
         for ln in self.log_text().splitlines():
             ln = _TIMESTAMP_RE.sub("", ln.rstrip())
@@ -520,13 +523,13 @@ def migrate_once(hosts, binary, scenario=None, balloon="ours",
                  balloon_args="", hint=True, keep_writes=False,
                  name="hbguest", timeout=600):
     """Define and start the guest on host A, prepare its data
-    (harness.prepare_guest), migrate it live to host B with `virsh
-    migrate`, verify the data there (harness.verify_guest).  Returns a
-    record shaped like harness.migrate_once()'s, plus `virsh_migrate` (the
-    command), `jobinfo` (domjobinfo --completed of the destination),
-    `hint_mode` and `query_balloon_src` (the last query-balloon answer of
-    the source before it ended)."""
-    sc = scenario or harness.Scenario()
+    (hb.workloads.prepare_guest), migrate it live to host B with `virsh
+    migrate`, verify the data there (hb.workloads.verify_guest).  Returns
+    a record shaped like hb.migration.migrate_once()'s, plus
+    `virsh_migrate` (the command), `jobinfo` (domjobinfo --completed of
+    the destination), `hint_mode` and `query_balloon_src` (the last
+    query-balloon answer of the source before it ended)."""
+    sc = scenario or Scenario()
     src, dst = hosts.a, hosts.b
     res = {"config": {"src": binary, "dst": binary, "balloon": balloon,
                       "hint": hint, "keep_writes": keep_writes,
@@ -548,8 +551,8 @@ def migrate_once(hosts, binary, scenario=None, balloon="ours",
         src.virsh("start", name)
         sdom.wait_ready()
         res["boot_s"] = round(time.time() - t0, 1)
-        harness.prepare_guest(sdom, sc, res)
-        hint_before = harness.balloon_stats(sdom) if balloon == "ours" else {}
+        prepare_guest(sdom, sc, res)
+        hint_before = balloon_stats(sdom) if balloon == "ours" else {}
         res["guest_hint_before"] = hint_before
         res["hint_mode"] = hint_before.get("mode")
         cmd = migrate_cmd(hosts, name, src, dst)
@@ -570,7 +573,7 @@ def migrate_once(hosts, binary, scenario=None, balloon="ours",
                 mig = sdom.qmp("query-migrate")
                 if mig.get("status") and mig["status"] not in states:
                     states.append(mig["status"])
-            except (harness.GuestError, ValueError, LibvirtError,
+            except (GuestError, ValueError, LibvirtError,
                     subprocess.TimeoutExpired):
                 pass
             time.sleep(0.05)
@@ -593,8 +596,8 @@ def migrate_once(hosts, binary, scenario=None, balloon="ours",
         res["dst_status"] = ddom.state()
         ddom.guest.connect()
         if balloon == "ours":
-            res["guest_hint"] = harness.balloon_stats(ddom)
-        res["data_intact"] = harness.verify_guest(ddom, sc, res)
+            res["guest_hint"] = balloon_stats(ddom)
+        res["data_intact"] = verify_guest(ddom, sc, res)
         res["balloon_query"] = ddom.qmp("query-balloon")
         res["kernel_errors"] = (ddom.kernel_errors() +
                                 res["verify"].get("dmesg_errors", []))

@@ -14,10 +14,13 @@ import subprocess
 import tempfile
 import time
 
-from . import harness
-from .harness import (VM, Scenario, balloon_stats, device_counters,
-                      prepare_guest, start_churn, start_ticker, verify_guest)
+from . import migration
+from .gdb import NonStopGdb
 from .testlib import BUILD, CURRENT, our_qemu
+from .verdicts import MIGRATION_FAULT_RE
+from .vm import VM, balloon_stats, device_counters
+from .workloads import (DOWNTIME_LIMIT_MS, Scenario, prepare_guest,
+                        start_churn, start_ticker, verify_guest)
 
 MEM = 512                 # MiB: TCG migrations of 512 MiB take ~10-15 s
 HELD = "hint_mode=alloc"  # our driver holding hinted blocks until DONE
@@ -139,8 +142,8 @@ class Rig:
         dst = self.new_vm(binary, incoming=True, **over)
         dst.launch()
         self.counters0 = device_counters(self.vm) or {}
-        harness.start_migration(self.vm, dst, bw, harness.DOWNTIME_LIMIT_MS,
-                                extra_caps=extra_caps)
+        migration.start_migration(self.vm, dst, bw, DOWNTIME_LIMIT_MS,
+                                  extra_caps=extra_caps)
         CURRENT.add("migrations")
         self.dst = dst
         return dst
@@ -152,14 +155,14 @@ class Rig:
         self.vm.qmp("migrate-set-parameters", **{"max-bandwidth": FAST})
 
     def wait_end(self, timeout=300):
-        return harness.wait_migration(self.vm, timeout)
+        return migration.wait_migration(self.vm, timeout)
 
     def migration_fault(self):
         """The current migration is broken on purpose: both ends may report
         it on stderr."""
         for vm in (self.vm, self.dst):
             if vm:
-                vm.allow_errors.append(harness.MIGRATION_FAULT_RE)
+                vm.allow_errors.append(MIGRATION_FAULT_RE)
 
     def cancel(self):
         """migrate_cancel; the destination is left to die."""
@@ -179,7 +182,7 @@ class Rig:
         assert info["status"] == "completed", \
             f"migration {info['status']}: {info.get('error-desc')}"
         self.last_counters = device_counters(self.vm) or {}
-        harness.wait_running(self.dst)
+        migration.wait_running(self.dst)
         self.vm.kill()
         self.vm, self.dst = self.dst, None
         self.vm.guest.connect()
@@ -306,7 +309,7 @@ class IothreadGate:
     stopped)."""
 
     def __init__(self, vm, workdir):
-        self.gdb = harness.NonStopGdb(vm.machine.get_pid(), workdir)
+        self.gdb = NonStopGdb(vm.machine.get_pid(), workdir)
 
     def close_gate(self):
         self.gdb.send("break virtio_balloon_get_free_page_hints",
@@ -321,7 +324,7 @@ class IothreadGate:
 
 class BootedGuest:
     """One booted guest, never migrated, as a context manager yielding its
-    VM: the VM's arguments are harness.VM's.  On a clean exit, any kernel
+    VM: the VM's arguments are hb.vm.VM's.  On a clean exit, any kernel
     error on its console fails the test; the QEMU is always ended and its
     directory removed."""
 

@@ -18,7 +18,12 @@ import os
 import subprocess
 import tempfile
 
-from . import harness
+from .env import BUILD
+from .gdb import NonStopGdb
+from .migration import start_migration, wait_migration
+from .vm import VM, device_counters
+from .workloads import (HBWORK_PIDS, Scenario, start_churn, stop_churn,
+                        wait_guest)
 
 HOLD_SCRIPT = '''python
 import gdb, time
@@ -35,31 +40,29 @@ def one_run(qemu, hold, wd):
     """One migration under the held batches.  Returns (bad pages or None,
     description, ok)."""
     mig = os.path.join(wd, "mig.sock")
-    src = harness.VM(wd, "src", qemu, 512, "ours", True)
-    dst = harness.VM(wd, "dst", qemu, 512, "ours", True,
-                     incoming=f"unix:{mig}")
+    src = VM(wd, "src", qemu, 512, "ours", True)
+    dst = VM(wd, "dst", qemu, 512, "ours", True, incoming=f"unix:{mig}")
     gdb = None
     try:
         src.boot()
         g = src.guest
         # stale free memory, so the rounds report a lot
         g.hbwork("fill 300 7")
-        gdb = harness.NonStopGdb(src.machine.get_pid(), wd,
-                                 HOLD_SCRIPT % {"hold": hold})
-        harness.start_churn(g, harness.Scenario("churn", mem_mib=512))
+        gdb = NonStopGdb(src.machine.get_pid(), wd,
+                         HOLD_SCRIPT % {"hold": hold})
+        start_churn(g, Scenario("churn", mem_mib=512))
         # the churn runs before the migration starts
-        pids = harness.HBWORK_PIDS.format(verb="churn")
-        harness.wait_guest(g, f'test -n "$({pids})"',
-                           "hbwork churn did not start")
+        pids = HBWORK_PIDS.format(verb="churn")
+        wait_guest(g, f'test -n "$({pids})"', "hbwork churn did not start")
         dst.launch()
-        harness.start_migration(src, dst, 10 << 30, 300)
-        info = harness.wait_migration(src, 300)
-        counters = harness.device_counters(src) or {}
+        start_migration(src, dst, 10 << 30, 300)
+        info = wait_migration(src, 300)
+        counters = device_counters(src) or {}
         src.kill()
         if info.get("status") != "completed":
             return None, f"migration {info.get('status')}", False
         dst.guest.connect()
-        res = harness.stop_churn(dst.guest)[0] or {}
+        res = stop_churn(dst.guest)[0] or {}
         errs = (dst.kernel_errors() + src.kernel_errors() +
                 src.qemu_errors() + dst.qemu_errors())
         hinted = counters.get("cleared-pages", 0) > 0
@@ -84,7 +87,7 @@ def run(qemu, hold, runs):
     lines = []
     for i in range(runs):
         wd = tempfile.mkdtemp(prefix="hb-race-",
-                              dir=os.path.join(harness.BUILD, "tmp"))
+                              dir=os.path.join(BUILD, "tmp"))
         bad, what, ok = one_run(qemu, hold, wd)
         lines.append(f"run {i + 1}: {'ok' if ok else 'FAILED'}: bad pages "
                      f"{bad}: {what} ({wd})")

@@ -12,9 +12,10 @@ import subprocess
 import time
 import traceback
 
-from . import harness
-from .harness import (BUILD, TOP, drop_workdir,  # noqa: F401  (re-exported)
-                      save_json)
+from . import env
+from .env import (BUILD, TOP,  # noqa: F401  (re-exported)
+                  STOCK_BINARIES, guest_kver, save_json)
+from .migration import drop_workdir, migrate_once
 
 REPEAT = int(os.environ.get("REPEAT", "1"))
 
@@ -200,13 +201,13 @@ def summary_lines(s):
 
 
 def qemu_bin(which):
-    return {"stock": harness.STOCK_QEMU, "ours": harness.OUR_QEMU}[which]
+    return {"stock": env.STOCK_QEMU, "ours": env.OUR_QEMU}[which]
 
 
 def ours_driver_path():
     """Our driver as the test guests load it: the test build in the image
     of the guest kernel (`make images`)."""
-    return os.path.join(BUILD, f"mod-{harness.guest_kver()}", "guest",
+    return os.path.join(BUILD, f"mod-{guest_kver()}", "guest",
                         "virtio_balloon.ko")
 
 
@@ -229,7 +230,7 @@ def log_result(res, label):
 
 def migrate(label, **kw):
     """One migration; counts it; returns the result dict."""
-    res = harness.migrate_once(**kw)
+    res = migrate_once(**kw)
     CURRENT.add("migrations")
     CURRENT.add("bytes_verified",
                 (res.get("verify") or {}).get("bytes_verified", 0)
@@ -240,7 +241,7 @@ def migrate(label, **kw):
 
 # Errors in a run's record (migrate_once() keeps every exception there)
 # that mean our side broke (a bug in the harness or the test, a missing
-# build or image, a workload setup that failed: harness.SetupError), not a
+# build or image, a workload setup that failed: hb.channel.SetupError), not a
 # stock part: the run is no reference measurement.
 # A QEMU that died or hung (VMLaunchFailure, GuestError, QMP cut off or
 # timed out) is stock's doing in a reference run.
@@ -340,7 +341,7 @@ def hint_figures(res):
         "page-size") or 4096
     out = {"why_no_cleared": None, "why_no_floor": None}
     out["stale_mib"] = res.get("stale_mib")
-    if cfg.get("src") in harness.STOCK_BINARIES:
+    if cfg.get("src") in STOCK_BINARIES:
         out["cleared_mib"] = None
         out["why_no_cleared"] = ("a stock source QEMU reports no "
                                  "x-free-page-hint-stats")
@@ -431,7 +432,7 @@ def need_ours():
 
 def our_qemu():
     """The patched QEMU (HB_OUR_QEMU overrides)."""
-    path = os.environ.get("HB_OUR_QEMU") or harness.OUR_QEMU
+    path = os.environ.get("HB_OUR_QEMU") or env.OUR_QEMU
     assert os.path.isfile(path) and os.access(path, os.X_OK), \
         f"no QEMU at {path} (make qemu)"
     return path
