@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""make soak: the data-loss scenarios on our QEMU, with the in-tree driver
-and ours (scan and alloc modes), REPEAT times each (default 20), round-robin so that every
-scenario advances together.  Each run must complete with data intact and no
-kernel error on the destination; the tally is written to
-build/soak/soak.json after every run.  Ends with "N passed, N failed".
+"""make soak, the one soak: the data-loss scenarios of test_30_dataloss on
+our QEMU, with the in-tree driver and ours (scan and alloc modes), REPEAT
+times each (default 20), round-robin so that every scenario advances
+together.  Each run is held to what the test holds it to: completed, data
+intact, no kernel or QEMU error (testlib.assert_intact), and on our QEMU
+hinted in the driver's mode (testlib.assert_hinted).  The tally, with the
+reason of every failure, is written to build/soak/soak.json after every
+run.  Ends with "N passed, N failed".
 
 DRIVERS=intree,ours,ours_alloc picks the drivers (workloads.DATALOSS_DRIVERS);
 QEMU=stock runs the same on Debian's QEMU (a reference: stock QEMU has the
@@ -22,9 +25,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 from hb import env  # noqa: E402
 from hb.env import BUILD, log, save_json  # noqa: E402
 from hb.migration import PREALLOC_DST, migrate_once  # noqa: E402
+from hb.testlib import assert_hinted, assert_intact  # noqa: E402
 from hb.vm import install_cleanup  # noqa: E402
-from hb.workloads import (DATALOSS_DRIVERS, DATALOSS_SCENARIOS,  # noqa: E402
-                          Scenario)
+from hb.workloads import (DATALOSS_DRIVERS, DATALOSS_MODES,  # noqa: E402
+                          DATALOSS_SCENARIOS, Scenario)
 
 
 def main():
@@ -49,7 +53,14 @@ def main():
                 src_bin=qemu, balloon=balloon, hint=True,
                 balloon_args=args, dst_args=dst_args,
                 scenario=Scenario(**DATALOSS_SCENARIOS[s]))
-            good = bool(res.get("ok"))
+            try:
+                assert_intact(res, key)
+                if not stock:
+                    assert_hinted(res, DATALOSS_MODES[d], key)
+                good = True
+            except AssertionError as exc:
+                good = False
+                res["error"] = str(exc)[:500]
             tally[key]["ok" if good else "failed"] += 1
             tally[key]["runs"].append({
                 k: res.get(k) for k in ("ok", "transferred_mb", "total_ms",

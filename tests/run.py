@@ -41,7 +41,6 @@ stack (HB_STACK, else 10.0).
   run.py --tag reliability   only tests carrying a tag
   run.py -k migrate          only tests whose name contains a string
   run.py -k '[10.0]'         only the 10.0 runs of the each_stack tests
-  REPEAT=20 run.py --tag soak
 """
 import argparse
 import ctypes

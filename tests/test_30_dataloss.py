@@ -3,10 +3,11 @@
 its scan and alloc modes): stale free memory at normal speed, a throttled
 start (time to hint before the bulk stage), and memory churn during
 migration.  Every run must complete with data intact and no kernel error on
-the destination.  REPEAT=N repeats each (the soak run uses 20)."""
+the destination.  `make soak` (scripts/soak.py) runs the same scenarios
+and checks many times over."""
 from hb.migration import PREALLOC_DST
-from hb.testlib import (REPEAT, assert_hinted, assert_intact, migrate,
-                        need_ours, our_qemu, tag, timeout)
+from hb.testlib import (assert_hinted, assert_intact, migrate, need_ours,
+                        our_qemu, tag, timeout)
 from hb.workloads import (DATALOSS_DRIVERS, DATALOSS_MODES,
                           DATALOSS_SCENARIOS, Scenario)
 
@@ -15,25 +16,24 @@ def _run(driver, name, dst_args=(), label=""):
     balloon, args = DATALOSS_DRIVERS[driver]
     if balloon == "ours":
         need_ours()
-    for i in range(REPEAT):
-        what = f"{driver}/{name}{label} run {i + 1}/{REPEAT}"
-        res = migrate(f"ours-{driver}-{name}{label}-{i}",
-                      src_bin=our_qemu(), balloon=balloon, hint=True,
-                      balloon_args=args, dst_args=dst_args,
-                      scenario=Scenario(**DATALOSS_SCENARIOS[name]))
-        assert_intact(res, what)
-        assert_hinted(res, DATALOSS_MODES[driver], what)
-        if dst_args:
-            # The regime this test is for: the load did not wait for the
-            # destination's page faults (~70 ms instead of ~450 ms at 1 GiB).
-            ram = res.get("dst_ram") or {}
-            assert ram.get("rss_kb", 0) >= res["config"]["mem_mib"] << 10, \
-                f"destination RAM not preallocated: {ram}"
+    what = f"{driver}/{name}{label}"
+    res = migrate(f"ours-{driver}-{name}{label}",
+                  src_bin=our_qemu(), balloon=balloon, hint=True,
+                  balloon_args=args, dst_args=dst_args,
+                  scenario=Scenario(**DATALOSS_SCENARIOS[name]))
+    assert_intact(res, what)
+    assert_hinted(res, DATALOSS_MODES[driver], what)
+    if dst_args:
+        # The regime this test is for: the load did not wait for the
+        # destination's page faults (~70 ms instead of ~450 ms at 1 GiB).
+        ram = res.get("dst_ram") or {}
+        assert ram.get("rss_kb", 0) >= res["config"]["mem_mib"] << 10, \
+            f"destination RAM not preallocated: {ram}"
 
 
 def _make(driver, name):
-    @tag("dataloss", "soak", "each_stack")
-    @timeout(900 * REPEAT)
+    @tag("dataloss", "each_stack")
+    @timeout(900)
     def t():
         _run(driver, name)
     t.__name__ = f"test_our_qemu_{driver}_driver_{name}"
@@ -47,7 +47,7 @@ for _d in DATALOSS_DRIVERS:
 
 
 @tag("dataloss", "each_stack")
-@timeout(1800 * REPEAT)
+@timeout(1800)
 def test_our_qemu_churn_into_preallocated_destination():
     """Churn during a migration whose destination has its RAM preallocated
     (-mem-prealloc): the load no longer waits for page faults, so the

@@ -17,7 +17,6 @@ from .env import (BUILD, TOP,  # noqa: F401  (re-exported)
                   STOCK_BINARIES, guest_kver, save_json)
 from .migration import drop_workdir, migrate_once
 
-REPEAT = int(os.environ.get("REPEAT", "1"))
 
 
 class Skip(Exception):
