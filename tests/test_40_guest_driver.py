@@ -13,6 +13,7 @@ from hb.rigs import BootedGuest, held_parts, nothing_held
 from hb.testlib import (BUILD, CURRENT, TOP, assert_intact, migrate,
                         need_ours, our_keep_writes_qemu, qemu_bin, sh, tag)
 from hb.testlib import wait_for as _wait
+from hb.testlib import wait_until
 from hb.verdicts import KERNEL_ERROR_RE
 from hb.vm import VM, balloon_features, balloon_stats, write_sysfs
 from hb.workloads import Scenario
@@ -234,10 +235,11 @@ def _stock_round(vm):
     """Start a throttled migration of `vm` to a sink (stock QEMU issues a
     command id) and wait for a finished hint round that hinted something."""
     migrate_to_sink(vm)
-    return _wait(lambda: (lambda st: st if st.get("rounds", 0) >= 1 and
-                          st.get("round_bytes", 0) > 0 and
-                          st.get("last_round_ns", 0) > 0 else None)(
-                              _stats(vm)), 60, "a finished hint round")
+    return wait_until(lambda: _stats(vm),
+                      lambda st: st.get("rounds", 0) >= 1 and
+                      st.get("round_bytes", 0) > 0 and
+                      st.get("last_round_ns", 0) > 0,
+                      60, "a finished hint round")
 
 
 def _write_sysfs(vm, path, value):
@@ -295,9 +297,10 @@ def test_hint_round_counters_with_stock_qemu_alloc_mode():
         vm.guest.hbwork("fill 600 5")
         free0 = _meminfo(vm)["free_kb"]
         g = _stock_round(vm)
-        g = _wait(lambda: (lambda st: st if held_parts(st) == {
-            "inflight": 0, "acked": st["bytes_hinted"] >> 12} else None)(
-                _stats(vm)), 60, "every block acked")
+        g = wait_until(lambda: _stats(vm),
+                       lambda st: held_parts(st) == {
+                           "inflight": 0, "acked": st["bytes_hinted"] >> 12},
+                       60, "every block acked")
         assert g["mode"] == "alloc", g
         assert g["bytes_hinted"] >= 400 << 20, g
         assert g["blocks_hinted"] == sum(_by_order(g).values()), g
@@ -372,10 +375,10 @@ def test_hint_round_counters_scan_mode():
               30, "cancel")
         s1 = _stats(vm)
         _stock_round(vm)
-        g2 = _wait(lambda: (lambda st: st if st["rounds"] > s1["rounds"] and
-                            st["last_round_ns"] != s1["last_round_ns"]
-                            else None)(_stats(vm)), 60,
-                   "the second round to end")
+        g2 = wait_until(lambda: _stats(vm),
+                        lambda st: st["rounds"] > s1["rounds"] and
+                        st["last_round_ns"] != s1["last_round_ns"],
+                        60, "the second round to end")
         # its CPU time was added to the total
         assert g2["rounds_cpu_ns"] >= s1["rounds_cpu_ns"] + \
             g2["last_round_cpu_ns"], (s1, g2)

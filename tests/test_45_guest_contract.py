@@ -15,6 +15,7 @@ from hb.rigs import BootedGuest, held, held_parts, nothing_held
 from hb.testlib import (CURRENT, assert_intact, migrate, need_ours,
                         our_keep_writes_qemu, tag)
 from hb.testlib import wait_for as _wait
+from hb.testlib import wait_until
 from hb.vm import (balloon_features, balloon_stats, device_counters,
                    write_sysfs)
 from hb.workloads import Scenario
@@ -249,12 +250,12 @@ def test_stop_is_sent_again_when_it_cannot_be_queued():
         with Guest(series, binary) as vm:
             _fault_point(vm, "fail_stop", 1)
             _start_round(vm)
-            s = _wait(lambda: (lambda st: st if st.get("last_round_ns", 0)
-                               else None)(balloon_stats(vm)), 60,
-                      "the round to end")
-            c = _wait(lambda: (lambda d: d if d.get("presend-waits", 0)
-                               else None)(device_counters(vm)), 60,
-                      "the pre-send wait to end")
+            s = wait_until(lambda: balloon_stats(vm),
+                           lambda st: st.get("last_round_ns", 0), 60,
+                           "the round to end")
+            c = wait_until(lambda: device_counters(vm),
+                           lambda d: d.get("presend-waits", 0), 60,
+                           "the pre-send wait to end")
             assert s["stop_retries"] == 1 and s["rounds_timed_out"] == 0, \
                 (series, s)
             assert c["presend-timeouts"] == 0, (series, c)
@@ -267,9 +268,9 @@ def test_stop_is_sent_again_when_it_cannot_be_queued():
             _fault_point(vm, "fail_stop", -1)
             r0 = s["rounds"]
             _start_round(vm)
-            c = _wait(lambda: (lambda d: d if d["presend-timeouts"] > 0
-                               else None)(device_counters(vm)), 60,
-                      "the pre-send wait to time out")
+            c = wait_until(lambda: device_counters(vm),
+                           lambda d: d["presend-timeouts"] > 0, 60,
+                           "the pre-send wait to time out")
             s = balloon_stats(vm)
             assert s["rounds"] == r0 + 1 and s["stop_retries"] >= 2, \
                 (series, s)
@@ -358,29 +359,28 @@ def test_balloon_target_holds_the_wakeup_source():
     target activates the source once and leaves it inactive."""
     for series in SERIES:
         with Guest(series) as vm:
-            pw = "/sys/bus/virtio/devices/*/power"
-            _, out = vm.guest.run(
-                f"for p in {pw}; do [ $(cat $p/../device) = 0x0005 ] && "
-                "cat $p/wakeup; done; true")
+            def power(cmd):
+                """Run cmd with $p the balloon's power/ directory."""
+                return vm.guest.run(
+                    "for p in /sys/bus/virtio/devices/*/power; do "
+                    f"[ $(cat $p/../device) = 0x0005 ] && {cmd}; done; true")
+
+            _, out = power("cat $p/wakeup")
             assert out == ["disabled"], (series, out)
-            vm.guest.run(f"for p in {pw}; do [ $(cat $p/../device) = 0x0005 ] && "
-                         "echo enabled > $p/wakeup; done; true")
+            power("echo enabled > $p/wakeup")
 
             def wake():
-                _, o = vm.guest.run(
-                    f"for p in {pw}; do [ $(cat $p/../device) = 0x0005 ] && "
-                    "echo $(cat $p/wakeup_active_count) "
-                    "$(cat $p/wakeup_active); done; true")
+                _, o = power("echo $(cat $p/wakeup_active_count) "
+                             "$(cat $p/wakeup_active)")
                 return tuple(int(x) for x in o[0].split())
             n0, _ = wake()
             for i, target in enumerate((768, 1024)):
                 vm.qmp("balloon", value=target << 20)
                 _wait(lambda t=target: vm.qmp("query-balloon")["actual"] ==
                       t << 20, 60, f"balloon at {target} MiB")
-                n, active = _wait(lambda k=i: (lambda w: w if w[1] == 0 and
-                                               w[0] > n0 + k else None)(
-                                                   wake()), 30,
-                                  "the wakeup source to be let go")
+                n, active = wait_until(
+                    wake, lambda w, k=i: w[1] == 0 and w[0] > n0 + k, 30,
+                    "the wakeup source to be let go")
                 assert n >= n0 + i + 1 and active == 0, (series, n0, n)
 
 

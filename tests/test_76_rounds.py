@@ -13,7 +13,7 @@ from hb.vm import device_counters
 from hb.workloads import Scenario
 from hb.rigs import MEM, Rig
 from hb.testlib import (assert_hinted, assert_intact, migrate, need_ours,
-                        our_qemu, tag, wait_for)
+                        our_qemu, tag, wait_until)
 
 FILL_MIB = 128            # written and freed during the migration
 # Live data of the idle guest: a first pass long enough for the syncs that
@@ -24,10 +24,7 @@ PASS_BW = 16 << 20        # bytes/s: a first pass of a few seconds
 
 def _counters_when(rig, pred, timeout, what):
     """The source device's hint counters, once pred(counters) holds."""
-    def ready():
-        c = device_counters(rig.vm)
-        return c if c and pred(c) else None
-    return wait_for(ready, timeout=timeout, what=what)
+    return wait_until(lambda: device_counters(rig.vm), pred, timeout, what)
 
 
 def _free_bytes(res):

@@ -18,7 +18,6 @@ from .env import (BUILD, TOP,  # noqa: F401  (re-exported)
 from .migration import drop_workdir, migrate_once
 
 
-
 class Skip(Exception):
     """The environment lacks something the test needs (never raised for a
     build or product failure); says what."""
@@ -463,6 +462,15 @@ def wait_for(pred, timeout=60, what="condition"):
             return v
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_until(fetch, cond, timeout=60, what="condition"):
+    """The first value of fetch() for which cond(value) holds (a falsy
+    value never does), polled as wait_for() polls."""
+    def ready():
+        v = fetch()
+        return v if v and cond(v) else None
+    return wait_for(ready, timeout, what)
 
 
 def sh(cmd, **kw):
