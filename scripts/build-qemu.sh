@@ -22,7 +22,7 @@
 # one key by a lock of that key, and every file lands in place by rename.
 #
 # Environment:
-#   SANITIZE=1        --enable-sanitizers build into build/qemu-asan/
+#   SANITIZE=1        --enable-asan --enable-ubsan build into build/qemu-asan/
 #   QEMU_SRC_VERSION  Debian version to fetch (default: the pinned one)
 #   BH_NEED_TREE=1    also leave a configured build tree
 #
@@ -45,7 +45,7 @@ series=$patchdir/series
 extra_cfg=()
 if [ "${SANITIZE:-0}" = 1 ]; then
 	outname=$outname-asan
-	extra_cfg+=(--enable-sanitizers)
+	extra_cfg+=(--enable-asan --enable-ubsan)
 fi
 out=$top/build/$outname
 srcroot=$top/build/src
