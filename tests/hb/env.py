@@ -92,8 +92,21 @@ STACK = os.environ.get("HB_STACK") or DEFAULT_STACK
 if STACK not in STACKS:
     raise ValueError(f"unknown stack {STACK!r} in HB_STACK; known: "
                      f"{sorted(STACKS)}")
-OUR_QEMU = STACKS[STACK]["ours"]
+
+
+def _ours(name):
+    """Our QEMU of stack `name`: HB_OUR_QEMU if set (another build of the
+    same series: the ASan/UBSan one of `make check SANITIZE=1`)."""
+    return os.environ.get("HB_OUR_QEMU") or STACKS[name]["ours"]
+
+
+OUR_QEMU = _ours(STACK)
 STOCK_QEMU = STACKS[STACK]["stock"]
+
+# HB_SANITIZE=1 (`make check SANITIZE=1`): our QEMU is built with ASan and
+# UBSan.  Every VM then ends with a graceful quit, so that LeakSanitizer
+# runs at exit, and the test fails on any sanitizer report (hb.vm).
+SANITIZE = os.environ.get("HB_SANITIZE") == "1"
 
 
 def use_stack(name):
@@ -104,7 +117,7 @@ def use_stack(name):
     if name not in STACKS:
         raise ValueError(f"unknown stack {name!r}; known: {sorted(STACKS)}")
     STACK = name
-    OUR_QEMU = STACKS[name]["ours"]
+    OUR_QEMU = _ours(name)
     STOCK_QEMU = STACKS[name]["stock"]
     os.environ["HB_STACK"] = name
 
