@@ -72,13 +72,14 @@ lint: setup qemu
 # All tests but the long ones and the build of every prefix of the QEMU
 # series (`make lint`); the runner's last line is
 # "N passed, N failed[, N skipped]".  TAG=name: only the tests with that tag.
-# SANITIZE=1: the tests tagged `sanitize` (hinting, faults, bad input)
-# against the ASan/UBSan build of our QEMU 10.0; every test fails on a
-# sanitizer report in a QEMU's stderr.
+# SANITIZE=1: the tests tagged `sanitize` (faults, bad input, properties,
+# the sanitizer detector) against the ASan/UBSan build of our QEMU 10.0;
+# every QEMU quits gracefully at the end of its test, so that
+# LeakSanitizer checks it, and a test fails on any sanitizer report.
 ASAN_QEMU := build/qemu-asan/qemu-system-x86_64
 ifeq ($(SANITIZE),1)
 CHECK_DEPS := qemu-asan
-CHECK_ENV := HB_OUR_QEMU=$(CURDIR)/$(ASAN_QEMU)
+CHECK_ENV := HB_SANITIZE=1 HB_OUR_QEMU=$(CURDIR)/$(ASAN_QEMU)
 CHECK_ARGS := --tag sanitize -k '[10.0]'
 else
 CHECK_ARGS := $(if $(TAG),--tag $(TAG),--skip-tag long --skip-tag series)

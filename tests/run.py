@@ -57,7 +57,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from hb import env, testlib  # noqa: E402
 from hb.channel import CHANNEL  # noqa: E402
-from hb.vm import STOCK_CRASHES, kill_all  # noqa: E402
+from hb.vm import (SANITIZER_REPORTS, STOCK_CRASHES, ending_hard,  # noqa: E402
+                   kill_all)
 
 DEFAULT_TIMEOUT_S = 1200
 # SIGTERM to a stopped test, then SIGKILL this many seconds later.
@@ -110,6 +111,7 @@ def _stopped_in_test(signum, _frame):
     run); further stop signals are ignored, SIGKILL ends it."""
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
+    ending_hard()
     raise testlib.Interrupted(f"stopped by {signal.Signals(signum).name}")
 
 
@@ -317,6 +319,14 @@ def _child(name, f, stack, wfd, cfd):
         msg = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
     kill_all()
+    if SANITIZER_REPORTS:
+        # make check SANITIZE=1: a QEMU's sanitizer report (at run time,
+        # or LeakSanitizer's at its graceful quit) fails the test.
+        testlib.CURRENT.facts["sanitizer_reports"] = SANITIZER_REPORTS
+        if verdict in ("passed", "reference"):
+            verdict = "failed"
+            msg = "sanitizer report: " + "; ".join(
+                f"{r['vm']}: {r['lines'][0]}" for r in SANITIZER_REPORTS)
     testlib.CURRENT.add("stock_boot_crashes", len(STOCK_CRASHES))
     _write_all(wfd, json.dumps({"verdict": verdict, "message": msg,
                                 "facts": testlib.CURRENT.facts,

@@ -4,7 +4,8 @@ counts as failed and loses every process it started; the closing line
 counts passes, failures and skips.  SIGTERM to the runner stops the running
 test, kills what it started, runs its registered cleanups and still writes
 the results and closing lines; selecting no test fails; reference tests
-get their own verdict.  And the harness: its gdb's detach leaves no QEMU
+get their own verdict; a sanitizer report fails a passing test.  And the
+harness: its gdb's detach leaves no QEMU
 stopped, a QMP call to a QEMU that never answers times out."""
 import json
 import os
@@ -242,6 +243,7 @@ def test_runner_fails_when_no_test_is_selected():
 VERDICT_FIXTURE = '''
 from hb.testlib import (CURRENT, cleanup, record_reference, reference,
                         run_cleanup)
+from hb.vm import SANITIZER_REPORTS
 
 
 def note(what):
@@ -278,6 +280,12 @@ def test_cleanup_run_by_the_test_and_by_the_runner():
 
 def test_cleanup_error_fails_a_passing_test():
     cleanup(fail_to_restore)
+
+
+def test_sanitizer_report_fails_a_passing_test():
+    # what VM.end() records of a QEMU that printed a sanitizer report
+    SANITIZER_REPORTS.append({{"vm": "fake", "lines": [
+        "==1==ERROR: LeakSanitizer: detected memory leaks"]}})
 '''
 
 
@@ -288,7 +296,8 @@ def test_reference_verdict_and_cleanups():
     the line before the closing one and not as passed; one whose run broke
     on our side (a harness exception in the record), or that recorded
     nothing, fails.  A cleanup the test ran itself is not run again; the
-    runner runs the others; a cleanup that fails fails the test."""
+    runner runs the others; a cleanup that fails fails the test.  So does
+    a sanitizer report of a QEMU the test ended (make check SANITIZE=1)."""
     d = tempfile.mkdtemp(prefix="hb-runner-")
     log = os.path.join(d, "log")
     try:
@@ -305,15 +314,18 @@ def test_reference_verdict_and_cleanups():
             "test_ref_harness_broke": "FAILED",
             "test_ref_recorded_nothing": "FAILED",
             "test_cleanup_run_by_the_test_and_by_the_runner": "PASSED",
-            "test_cleanup_error_fails_a_passing_test": "FAILED"}, out
+            "test_cleanup_error_fails_a_passing_test": "FAILED",
+            "test_sanitizer_report_fails_a_passing_test": "FAILED"}, out
         assert "1 of 2 stock runs not ok" in out, out
         assert "broke on our side" in out and "TypeError" in out, out
         assert "recorded no reference run" in out, out
         assert "cleanup failed: fail_to_restore: OSError" in out, out
+        assert ("sanitizer report: fake: ==1==ERROR: LeakSanitizer: "
+                "detected memory leaks") in out, out
         with open(log) as f:
             assert f.read() == "by-the-test\nby-the-runner\n"
         assert lines[-2] == "1 reference (recorded, not asserted)", out
-        assert lines[-1] == "1 passed, 3 failed", out
+        assert lines[-1] == "1 passed, 4 failed", out
         assert p.returncode == 1, (p.returncode, out, err)
     finally:
         subprocess.call(["rm", "-rf", d])

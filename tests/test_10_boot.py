@@ -26,7 +26,7 @@ def _boot(qemu, balloon):
         assert info["actual"] == 1024 << 20, info
         assert not vm.kernel_errors(), vm.kernel_errors()
     finally:
-        vm.kill()
+        vm.end()
     shutil.rmtree(d)    # kept for a look when the test failed
 
 
@@ -123,7 +123,7 @@ def test_command_channel_survives_lost_bytes():
         assert not vm.kernel_errors(), vm.kernel_errors()
     finally:
         channel.ACK_TIMEOUT_S = ack_timeout
-        vm.kill()
+        vm.end()
     shutil.rmtree(d)    # kept for a look when the test failed
 
 
@@ -155,5 +155,5 @@ def test_command_channel_survives_orphans_exiting():
         g.run("kill $(cat /tmp/orphans.pid)")
         assert not vm.kernel_errors(), vm.kernel_errors()
     finally:
-        vm.kill()
+        vm.end()
     shutil.rmtree(d)    # kept for a look when the test failed

@@ -11,10 +11,12 @@ little or sent too much (hinting check, the last two on doctored copies of
 a real record), a hook's failed assert (propagates), a workload whose
 setup failed (setup check), a guest whose setup failed (boot check), a
 QEMU that aborts during boot (only the stock reference is launched again,
-and counted).  test_71 shows the stderr scan on a device error too (a
+and counted), a leak and a run-time error in an ASan build of our QEMU
+(sanitizer reports; `make check SANITIZE=1`).  test_71 shows the stderr scan on a device error too (a
 command id the device rejects)."""
 import copy
 import os
+import re
 import signal
 import subprocess
 
@@ -22,10 +24,10 @@ from hb import env
 from hb.channel import GuestError, SetupError
 from hb.migration import wait_migration
 from hb.rigs import BootedGuest, tmpdir
-from hb.testlib import (FLOOR_FACTOR, HINT_COVERAGE, assert_hinted,
+from hb.testlib import (FLOOR_FACTOR, HINT_COVERAGE, Skip, assert_hinted,
                         assert_intact, drop_workdir, hint_figures, migrate,
                         need_ours, our_qemu, record_reference, tag)
-from hb.vm import STOCK_CRASHES, VM, live_vms
+from hb.vm import SANITIZER_REPORTS, STOCK_CRASHES, VM, live_vms
 from hb.workloads import HBWORK_PIDS, Scenario, prepare_guest, wait_guest
 
 MEM = 512
@@ -202,7 +204,7 @@ def test_detector_guest_setup_error_fails_the_boot():
     else:
         raise AssertionError("a guest that printed HB ERROR booted")
     finally:
-        vm.kill()
+        vm.end()
     subprocess.call(["rm", "-rf", d])
 
 
@@ -237,7 +239,7 @@ def test_detector_qemu_crash_at_boot():
     else:
         raise AssertionError("our QEMU aborted at boot and the boot passed")
     finally:
-        ours.kill()
+        ours.end()
     before = len(STOCK_CRASHES)
     stock = VM(d, "stock", env.STOCK_QEMU, 256, "ours", hint=True)
     fired = _abort_during_boot(stock)
@@ -251,7 +253,7 @@ def test_detector_qemu_crash_at_boot():
         assert out == ["up"], out
         print("    stock QEMU: crash recorded, launched again, guest up")
     finally:
-        stock.kill()
+        stock.end()
         # the summary counts crashes of stock, not the one injected here
         del STOCK_CRASHES[before:]
     subprocess.call(["rm", "-rf", d])
@@ -420,3 +422,79 @@ def test_detector_failed_workload_setup_fails_the_run():
     msg = _fails(record_reference, "a failed workload setup", res, "setup")
     assert "broke on our side" in msg, msg
     drop_workdir(res)
+
+
+def _asan_build(binary):
+    """Whether `binary` links the AddressSanitizer runtime (`make
+    qemu-asan`)."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True,
+                         check=False).stdout
+    return "libasan" in out
+
+
+def _gdb_call(pid, *calls):
+    """Attach gdb to `pid`, make each call in turn on one of its threads
+    and detach; gdb's own output."""
+    args = ["gdb", "-nx", "-batch", "-p", str(pid)]
+    for c in calls:
+        args += ["-ex", f"call {c}"]
+    return subprocess.run(args, capture_output=True, text=True,
+                          timeout=120, check=False).stdout
+
+
+LEAK_BYTES = 54321
+
+
+@tag("boot", "detector", "sanitize", "each_stack")
+def test_detector_sanitizer_reports_fail_the_test():
+    """Under `make check SANITIZE=1` every QEMU quits gracefully at the end
+    of its test (VM.end()) and the test fails on its sanitizer reports
+    (the runner, on hb.vm.SANITIZER_REPORTS).  Made to fire twice on the
+    ASan/UBSan build of our QEMU: gdb has a running QEMU allocate memory
+    and drop the pointer, and LeakSanitizer reports the leak when the QEMU
+    quits; gdb has another call ASan's report function for a read of
+    address 4096, which ASan reports at run time and ends the QEMU."""
+    binary = our_qemu()
+    if not _asan_build(binary):
+        raise Skip(f"{binary} is not the ASan build (make check SANITIZE=1)")
+    sanitize, env.SANITIZE = env.SANITIZE, True
+    before = len(SANITIZER_REPORTS)
+    d = tmpdir("hbsan")
+    vms = []
+
+    def fires(name, expect, *calls):
+        """Boot a VM, have gdb make `calls` in its QEMU, end it; its
+        report lines, which must have one with `expect`."""
+        vm = VM(d, name, binary, 256, "ours", hint=True)
+        vms.append(vm)
+        vm.boot()
+        n = len(SANITIZER_REPORTS)
+        _gdb_call(vm.machine.get_pid(), *calls)
+        vm.end()
+        lines = [ln for r in SANITIZER_REPORTS[n:] for ln in r["lines"]]
+        assert any(expect in ln for ln in lines), \
+            f"{name}: no {expect!r}: {lines}; it printed " \
+            f"{vm.log_tail(1500)!r}"
+        print(f"    {name}: {lines[-1]}")
+        return vm
+
+    try:
+        # Three objects, so that a stale copy of one pointer in a register
+        # or on a stack does not hide all of them.
+        leaky = fires("leaky", "ERROR: LeakSanitizer",
+                      *[f"(void *) g_malloc({LEAK_BYTES})"] * 3)
+        # LeakSanitizer adds up the leaks of one stack: n objects, n times
+        # LEAK_BYTES
+        leaks = re.findall(r"leak of (\d+) byte\(s\) in (\d+) object",
+                           leaky.log_text())
+        assert any(int(b) == LEAK_BYTES * int(n) for b, n in leaks), \
+            leaky.log_tail(3000)
+        fires("broken", "ERROR: AddressSanitizer",
+              "(void) __asan_report_load8(4096)")
+    finally:
+        for vm in vms:
+            vm.end()
+        env.SANITIZE = sanitize
+        # the reports made here on purpose do not fail this test
+        del SANITIZER_REPORTS[before:]
+    subprocess.call(["rm", "-rf", d])

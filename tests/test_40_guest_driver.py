@@ -386,7 +386,7 @@ def test_hint_round_counters_scan_mode():
         errs = vm.kernel_errors()
         assert not errs, errs[:5]
     finally:
-        vm.kill()
+        vm.end()
     sh(f"rm -rf {d}")
 
 

@@ -108,9 +108,9 @@ def test_invalid_device_properties_via_qom_set():
                 if before != after:
                     problems.append((path, prop, val, before, after))
         assert vm.machine.is_running()
-        vm.kill()
+        vm.end()
     finally:
-        vm.kill()
+        vm.end()
     assert not problems, problems
     # QEMU's stderr (an assertion, a sanitizer report), read before the
     # directory goes

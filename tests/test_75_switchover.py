@@ -128,7 +128,7 @@ def _offered(binary, workdir, name, machine=None, props="",
         qom = vm.qmp("qom-get", path="/machine/peripheral/balloon0",
                      property="free-page-hint-keep-writes")
     finally:
-        vm.kill()
+        vm.end()
     feats = st["host-features"]
     return feats.get("dev-features", []), \
         feats.get("unknown-dev-features", 0), qom

@@ -237,7 +237,7 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
         # How much guest RAM the load touched on the destination, and how
         # much of it the host backs with transparent huge pages.
         res["dst_ram"] = dst.ram_mapping(sc.mem_mib)
-        src.kill()
+        src.end()
         res["hops"] = []
         for hop in range(2, sc.hops + 1):
             # the destination becomes the source of the next hop
@@ -261,7 +261,7 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
                                 f"{info.get('error-desc', info.get('status'))}")
                 return res
             wait_running(nxt)
-            dst.kill()
+            dst.end()
             dst = nxt
         dst.guest.connect()
         if on_destination:
@@ -297,7 +297,7 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
         return res
     finally:
         for vm in vms:
-            vm.kill()
+            vm.end()
         # the consoles of every VM but the last destination (its kernel
         # errors are res["kernel_errors"]), and every QEMU's stderr
         res["src_console_errors"] = [ln for vm in vms if vm is not dst
@@ -320,7 +320,7 @@ def load_snapshot(src, dst, path, res, timeout):
     sent as holes), the save time (the migration's total-time) and the
     load time (migrate-incoming until the destination's migration state
     is completed, its guest running)."""
-    src.kill()
+    src.end()
     st = os.stat(path)
     snap = res["snapshot"] = {"file_bytes": st.st_size,
                               "allocated_bytes": st.st_blocks * 512,

@@ -114,11 +114,12 @@ class Rig:
         return {k: v for k, v in errs.items() if v}
 
     def close(self):
-        """Kill every VM; the test fails on an error in any QEMU's stderr
-        (virtio_error, sanitizer report) or a kernel error on any console
-        (source ones included); the work directory stays unless it passed."""
+        """End every VM (VM.end()); the test fails on an error in any
+        QEMU's stderr (virtio_error, sanitizer report) or a kernel error on
+        any console (source ones included); the work directory stays
+        unless it passed."""
         for vm in self.vms:
-            vm.kill()
+            vm.end()
         problems = {}
         if self.passed:
             problems = {"qemu": self.qemu_errors(),
@@ -171,7 +172,7 @@ class Rig:
         info = self.wait_end(60)
         assert info["status"] == "cancelled", info
         if self.dst:
-            self.dst.kill()
+            self.dst.end()
             self.dst = None
         CURRENT.add("faults")
         return info
@@ -183,7 +184,7 @@ class Rig:
             f"migration {info['status']}: {info.get('error-desc')}"
         self.last_counters = device_counters(self.vm) or {}
         migration.wait_running(self.dst)
-        self.vm.kill()
+        self.vm.end()
         self.vm, self.dst = self.dst, None
         self.vm.guest.connect()
         return info
@@ -338,7 +339,7 @@ class BootedGuest:
 
     def __exit__(self, *exc):
         errs = self.vm.kernel_errors()
-        self.vm.kill()
+        self.vm.end()
         if exc[0] is None:
             subprocess.call(["rm", "-rf", self.dir])
             assert not errs, f"guest kernel errors: {errs[:5]}"

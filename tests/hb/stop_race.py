@@ -58,7 +58,7 @@ def one_run(qemu, hold, wd):
         start_migration(src, dst, 10 << 30, 300)
         info = wait_migration(src, 300)
         counters = device_counters(src) or {}
-        src.kill()
+        src.end()
         if info.get("status") != "completed":
             return None, f"migration {info.get('status')}", False
         dst.guest.connect()
@@ -75,8 +75,8 @@ def one_run(qemu, hold, wd):
             f"churn ok={res.get('ok')} written={res.get('mib_written')} MiB"
             f"{' ERRORS: ' + str(errs[:3]) if errs else ''}"), ok
     finally:
-        src.kill()
-        dst.kill()
+        src.end()
+        dst.end()
         if gdb:
             gdb.kill()
 

@@ -26,13 +26,22 @@ from . import env
 from .channel import Guest, GuestError, parse_kv
 from .env import (KEEP_WRITES_OPT_IN, STOCK_BINARIES, fleet_opted_in,
                   guest_initrd, guest_kernel, log, machine_for, module_wrapper)
-from .verdicts import GUEST_ERROR_RE, KERNEL_ERROR_RE, QEMU_ERROR_RE
+from .verdicts import (GUEST_ERROR_RE, KERNEL_ERROR_RE, QEMU_ERROR_RE,
+                       SANITIZER_RE)
 
 # Stock QEMUs that died by a signal before their guest was up (VM.boot()),
 # for the whole process.
 STOCK_CRASHES = []
 # The VMs launched and not ended yet (live_vms()).
 _LIVE = set()
+# With env.SANITIZE: the sanitizer reports of the QEMUs this process ended
+# (VM.end()), as {"vm": name, "lines": [...]}; the runner fails the test
+# on any.  _HARD: ending now, no time for graceful quits (a stop signal).
+SANITIZER_REPORTS = []
+_HARD = []
+# Seconds a QEMU with sanitizers may take to quit (LeakSanitizer's scan at
+# exit included) before it is killed.
+SANITIZE_QUIT_S = 60
 
 # Seconds a QMP command may go unanswered before VM.qmp() raises
 # TimeoutError (a hung or stopped QEMU); HB_QMP_TIMEOUT overrides it, a
@@ -46,12 +55,20 @@ def live_vms():
 
 
 def kill_all():
-    """Kill every QEMU this process started and has not ended yet."""
+    """End every QEMU this process started and has not ended yet
+    (VM.end(): a graceful quit under env.SANITIZE, unless ending_hard())."""
     for vm in list(_LIVE):
-        vm.kill()
+        vm.end()
+
+
+def ending_hard():
+    """From now on VM.end() kills without a graceful quit: the process was
+    told to stop and has seconds left."""
+    _HARD.append(True)
 
 
 def _on_signal(signum, _frame):
+    ending_hard()
     kill_all()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
@@ -289,7 +306,37 @@ class VM(GuestOutput):
         return None
 
 
+    def end(self):
+        """End this QEMU when its test is done with it.  Under env.SANITIZE
+        (and not ending_hard()) a running QEMU is asked to quit and given
+        SANITIZE_QUIT_S to exit, so that LeakSanitizer checks it, and the
+        sanitizer report lines of its output are added to
+        SANITIZER_REPORTS; otherwise, and past that time, it is killed."""
+        if not env.SANITIZE or _HARD:
+            self.kill()
+            return
+        was_live = self in _LIVE
+        if was_live and self.machine.is_running():
+            self.guest.close()
+            try:
+                self.machine.shutdown(timeout=SANITIZE_QUIT_S)
+            except Exception:  # pylint: disable=broad-except
+                pass
+        self.kill()
+        if was_live:
+            lines = self.sanitizer_lines()
+            if lines:
+                SANITIZER_REPORTS.append({"vm": self.name, "lines": lines})
+
+    def sanitizer_lines(self):
+        """The lines of this QEMU's output that a sanitizer printed: its
+        report's first line and summary."""
+        return [ln.rstrip() for ln in self.log_text().splitlines()
+                if SANITIZER_RE.search(ln)]
+
     def kill(self):
+        """SIGKILL this QEMU (if it runs) and forget it; what it printed
+        stays in its log."""
         self.guest.close()
         try:
             if self.machine.is_running():
@@ -297,14 +344,6 @@ class VM(GuestOutput):
             self.machine.shutdown(hard=True)
         except Exception:  # pylint: disable=broad-except
             pass
-        _LIVE.discard(self)
-
-    def shutdown(self):
-        self.guest.close()
-        try:
-            self.machine.shutdown(timeout=10)
-        except Exception:  # pylint: disable=broad-except
-            self.kill()
         _LIVE.discard(self)
 
     def ram_mapping(self, mem_mib):
