@@ -22,6 +22,13 @@ made from them:
   scripts/results.py check           exit 1 if the block differs
   scripts/results.py publish-check   summarise build/results/check.json
                                      into check.json and rewrite the block
+  scripts/results.py bench-targets   print the targets of d in every cell
+                                     of every set, as a markdown table
+  scripts/results.py publish-bench SUMMARY NOTE
+                                     add a bench run's summary.json to
+                                     bench-reporting.json as a new set with
+                                     NOTE (what it ran, any tuning) and
+                                     rewrite the block
 """
 import datetime
 import glob
@@ -147,33 +154,42 @@ def check_sentence(c):
 
 
 def bench_sentence(b):
-    """The stale cells of the newest bench set measured as the bench
-    measures by default (no --dst-prealloc, no host tuning): d against r,
-    per size and vCPUs."""
-    plain = [x for x in b["sets"] if not x.get("meta", {}).get("dst_args")
-             and not x.get("meta", {}).get("host_tuned")]
-    if not plain:
-        return None
-    newest = plain[-1]
-    meta = newest.get("meta", {})
-    cells = {(c["workload"], c["mem_mib"], c["smp"], c["config"]): c
-             for c in newest["cells"]}
-    parts = []
-    for (wl, mem, smp, cfg), c in sorted(cells.items()):
-        r = cells.get((wl, mem, smp, "r"))
-        if wl != "stale" or cfg != "d" or not r:
+    """The stale cells of the bench sets measured as the bench measures by
+    default (no --dst-prealloc, no host tuning): d against r of the same
+    set, per size and vCPUs, each from the newest set that has it."""
+    newest = {}
+    for x in b["sets"]:
+        meta = x.get("meta", {})
+        if meta.get("dst_args") or meta.get("host_tuned"):
             continue
+        cells = {(c["workload"], c["mem_mib"], c["smp"], c["config"]): c
+                 for c in x["cells"]}
+        for (wl, mem, smp, cfg), c in cells.items():
+            r = cells.get((wl, mem, smp, "r"))
+            if wl == "stale" and cfg == "d" and r:
+                newest[(mem, smp)] = (c, r, meta)
+    if not newest:
+        return None
+    parts, dates, keys, drivers = [], [], [], []
+    for (mem, smp), (c, r, meta) in sorted(newest.items()):
         parts.append(f"{mem >> 10} GiB, {smp} vCPU{'s' * (smp > 1)}: "
                      f"{c['transferred_mb'][0]:.0f} against "
                      f"{r['transferred_mb'][0]:.0f} MB, "
                      f"{c['total_ms'][0]:.0f} against "
                      f"{r['total_ms'][0]:.0f} ms")
-    if not parts:
-        return None
-    return (f"`make bench` of {str(meta.get('started', ''))[:10]} (series "
-            f"key `{meta.get('our_qemu_key')}`, driver "
-            f"`{meta.get('driver_hash')}`), stale cells, medians of d "
-            f"against free page reporting (r): " + "; ".join(parts) + ".")
+        for seen, val in ((dates, str(meta.get("started", ""))[:10]),
+                          (keys, f"`{meta.get('our_qemu_key')}`"),
+                          (drivers, f"`{meta.get('driver_hash')}`")):
+            if val not in seen:
+                seen.append(val)
+    def named(what, vals):
+        return f"{what}{'s' * (len(vals) > 1)} {', '.join(vals)}"
+    return (f"`make bench` of {', '.join(dates)} ("
+            f"{named('series key', keys)}; {named('driver', drivers)}; "
+            f"each cell "
+            f"from the newest run that has it), stale cells, medians of d "
+            f"against free page reporting (r) in the same run: "
+            + "; ".join(parts) + ".")
 
 
 def readme_block(s, check=None, bench=None):
@@ -245,7 +261,76 @@ def publish_check(path=CHECK_RUN):
         f.write("\n")
 
 
+def _bench_text(b):
+    """bench-reporting.json as committed: indented, each cell and each
+    target on one line."""
+    def block(key, val):
+        if key in ("cells", "targets"):
+            rows = ",\n".join("    " + json.dumps(c, sort_keys=True)
+                              for c in val)
+            return f'   "{key}": [\n{rows}\n   ]'
+        text = json.dumps(val, indent=1, sort_keys=True)
+        return f'   "{key}": ' + text.replace("\n", "\n   ")
+    sets = ",\n".join(
+        "  {\n" + ",\n".join(block(k, x[k]) for k in sorted(x)) + "\n  }"
+        for x in b["sets"])
+    rest = "".join(f',\n "{k}": {json.dumps(v, sort_keys=True)}'
+                   for k, v in sorted(b.items()) if k != "sets")
+    return '{\n "sets": [\n' + sets + "\n ]" + rest + "\n}\n"
+
+
+def publish_bench(summary_path, note):
+    summary = _load(summary_path)
+    if not summary or "cells" not in summary:
+        raise SystemExit(f"{summary_path}: not a bench summary.json")
+    b = _load(BENCH) or {"sets": []}
+    summary["note"] = note
+    b["sets"].append(summary)
+    text = _bench_text(b)
+    assert json.loads(text) == b
+    with open(BENCH, "w") as f:
+        f.write(text)
+
+
+TARGET_COLUMNS = ("time<=r", "bytes<=r", "bytes<=0.7r", "d+r<=min(d,r)",
+                  "reuse~a", "bytes<=1.15floor", "downtime<=a",
+                  "downtime<=b+10", "time<=0.5b", "hinted<=2free")
+
+
+def bench_targets(b):
+    """A markdown table: per set and cell, d's median / its bound for each
+    target the bench checked (report.py), **no** where it missed."""
+    def fig(v):
+        return f"{v:,.0f}" if abs(v) >= 10 else f"{v:g}"
+    head = ["set", "cell"] + list(TARGET_COLUMNS)
+    rows = ["| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head)]
+    for i, x in enumerate(b["sets"], 1):
+        meta = x.get("meta", {})
+        label = str(i) + (" (prealloc)" if meta.get("dst_args") else "") + \
+            (" (host-tuned)" if meta.get("host_tuned") else "")
+        for t in x.get("targets", []):
+            cell = (f"{t['workload']}, {t['mem_mib'] >> 10} GiB"
+                    + (f", {t['smp']} vCPU" if t["smp"] != 2 else ""))
+            cols = []
+            for name in TARGET_COLUMNS:
+                c = t["checks"].get(name)
+                if not c:
+                    cols.append("")
+                    continue
+                cols.append(f"{fig(c['value'])} / {fig(c['bound'])}"
+                            + ("" if c["met"] else " **no**"))
+            rows.append(f"| {label} | {cell} | " + " | ".join(cols) + " |")
+    return "\n".join(rows)
+
+
 def main(argv):
+    if argv[1:] == ["bench-targets"]:
+        print(bench_targets(_load(BENCH)))
+        return 0
+    if argv[1:2] == ["publish-bench"] and len(argv) == 4:
+        publish_bench(argv[2], argv[3])
+        argv = [argv[0], "readme"]
     if len(argv) != 2 or argv[1] not in ("readme", "check", "publish-check"):
         print(__doc__, file=sys.stderr)
         return 2

@@ -164,6 +164,20 @@ def test_readme_results_block_is_made_from_the_committed_summary():
         shutil.rmtree(d, ignore_errors=True)
 
 
+@tag("lint")
+def test_benchmarks_targets_table_is_made_from_the_committed_summary():
+    """Documentation/benchmarks.md carries the targets table that
+    scripts/results.py makes from Documentation/results/
+    bench-reporting.json, unchanged."""
+    r = sh(f"python3 {TOP}/scripts/results.py bench-targets")
+    assert r.returncode == 0 and r.stdout.count("\n") > 2, r.stderr
+    with open(os.path.join(TOP, "Documentation", "benchmarks.md")) as f:
+        text = f.read()
+    assert r.stdout in text, \
+        "benchmarks.md's targets table differs from `scripts/results.py " \
+        "bench-targets`"
+
+
 def _unlicensed(files, read, reuse):
     """The files of `files` (paths relative to the top) that name no
     licence: no SPDX-License-Identifier in their first 5 lines (read(path)
