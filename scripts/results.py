@@ -153,6 +153,11 @@ def check_sentence(c):
             f"runs, {c['stock_not_ok']} of them not ok; {c['minutes']} min.")
 
 
+def _named(what, vals):
+    """'what v1' or 'whats v1, v2'."""
+    return f"{what}{'s' * (len(vals) > 1)} {', '.join(vals)}"
+
+
 def bench_sentence(b):
     """The stale cells of the bench sets measured as the bench measures by
     default (no --dst-prealloc, no host tuning): d against r of the same
@@ -182,13 +187,10 @@ def bench_sentence(b):
                           (drivers, f"`{meta.get('driver_hash')}`")):
             if val not in seen:
                 seen.append(val)
-    def named(what, vals):
-        return f"{what}{'s' * (len(vals) > 1)} {', '.join(vals)}"
     return (f"`make bench` of {', '.join(dates)} ("
-            f"{named('series key', keys)}; {named('driver', drivers)}; "
-            f"each cell "
-            f"from the newest run that has it), stale cells, medians of d "
-            f"against free page reporting (r) in the same run: "
+            f"{_named('series key', keys)}; {_named('driver', drivers)}; "
+            f"each cell from the newest run that has it), stale cells, "
+            f"medians of d against free page reporting (r) in the same run: "
             + "; ".join(parts) + ".")
 
 

@@ -57,8 +57,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from hb import env, testlib  # noqa: E402
 from hb.channel import CHANNEL  # noqa: E402
-from hb.vm import (SANITIZER_REPORTS, STOCK_CRASHES, ending_hard,  # noqa: E402
-                   kill_all)
+from hb.vm import (SANITIZER_REPORTS, STOCK_CRASHES, end_all,  # noqa: E402
+                   ending_hard)
 
 DEFAULT_TIMEOUT_S = 1200
 # SIGTERM to a stopped test, then SIGKILL this many seconds later.
@@ -318,7 +318,7 @@ def _child(name, f, stack, wfd, cfd):
         verdict = "failed"
         msg = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
-    kill_all()
+    end_all()
     if SANITIZER_REPORTS:
         # make check SANITIZE=1: a QEMU's sanitizer report (at run time,
         # or LeakSanitizer's at its graceful quit) fails the test.

@@ -54,7 +54,7 @@ def live_vms():
     return list(_LIVE)
 
 
-def kill_all():
+def end_all():
     """End every QEMU this process started and has not ended yet
     (VM.end(): a graceful quit under env.SANITIZE, unless ending_hard())."""
     for vm in list(_LIVE):
@@ -69,7 +69,7 @@ def ending_hard():
 
 def _on_signal(signum, _frame):
     ending_hard()
-    kill_all()
+    end_all()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -83,13 +83,13 @@ def install_cleanup():
     starts VMs: tests/migrate.py, the demo, the soak, the bench.  Call it
     before installing handlers of its own that chain to the previous
     ones.  The test runner does not: it ends each test's QEMUs itself
-    (kill_all() and the test's process group).  A second call does
+    (end_all() and the test's process group).  A second call does
     nothing."""
     global _CLEANUP_INSTALLED  # pylint: disable=global-statement
     if _CLEANUP_INSTALLED:
         return
     _CLEANUP_INSTALLED = True
-    atexit.register(kill_all)
+    atexit.register(end_all)
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, _on_signal)
 
@@ -139,6 +139,12 @@ class GuestOutput:
     def guest_errors(self):
         return [ln for ln in self.console_text().splitlines()
                 if GUEST_ERROR_RE.search(ln)]
+
+    def sanitizer_lines(self):
+        """The lines of this QEMU's output that a sanitizer printed: its
+        report's first line and summary."""
+        return [ln.rstrip() for ln in self.log_text().splitlines()
+                if SANITIZER_RE.search(ln)]
 
     def log_text(self):
         """What QEMU printed so far (stdout and stderr); "" if nothing."""
@@ -305,7 +311,6 @@ class VM(GuestOutput):
             return f"QEMU exited ({self.machine.exitcode()})"
         return None
 
-
     def end(self):
         """End this QEMU when its test is done with it.  Under env.SANITIZE
         (and not ending_hard()) a running QEMU is asked to quit and given
@@ -327,12 +332,6 @@ class VM(GuestOutput):
             lines = self.sanitizer_lines()
             if lines:
                 SANITIZER_REPORTS.append({"vm": self.name, "lines": lines})
-
-    def sanitizer_lines(self):
-        """The lines of this QEMU's output that a sanitizer printed: its
-        report's first line and summary."""
-        return [ln.rstrip() for ln in self.log_text().splitlines()
-                if SANITIZER_RE.search(ln)]
 
     def kill(self):
         """SIGKILL this QEMU (if it runs) and forget it; what it printed
