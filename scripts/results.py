@@ -30,6 +30,7 @@ made from them:
                                      NOTE (what it ran, any tuning) and
                                      rewrite the block
 """
+import argparse
 import datetime
 import glob
 import hashlib
@@ -326,31 +327,57 @@ def bench_targets(b):
     return "\n".join(rows)
 
 
-def main(argv):
-    if argv[1:] == ["bench-targets"]:
-        print(bench_targets(_load(BENCH)))
-        return 0
-    if argv[1:2] == ["publish-bench"] and len(argv) == 4:
-        publish_bench(argv[2], argv[3])
-        argv = [argv[0], "readme"]
-    if len(argv) != 2 or argv[1] not in ("readme", "check", "publish-check"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    if argv[1] == "publish-check":
-        publish_check()
-        argv = [argv[0], "readme"]
+def _rewrite_readme():
     with open(DEMO) as f:
-        s = json.load(f)
-    old, new = render_readme(s)
-    if argv[1] == "check":
-        if old != new:
-            print("README.md's result block differs from "
-                  "Documentation/results/demo.json", file=sys.stderr)
-            return 1
-        return 0
+        _old, new = render_readme(json.load(f))
     with open(README, "w") as f:
         f.write(new)
     return 0
+
+
+def _check_readme():
+    with open(DEMO) as f:
+        old, new = render_readme(json.load(f))
+    if old != new:
+        print("README.md's result block differs from "
+              "Documentation/results/demo.json", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_targets():
+    print(bench_targets(_load(BENCH)))
+    return 0
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(
+        prog="results.py", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    sub.add_parser("readme", help="rewrite README.md's block")
+    sub.add_parser("check", help="exit 1 if the block differs")
+    sub.add_parser("publish-check",
+                   help="summarise build/results/check.json into "
+                   "check.json and rewrite the block")
+    sub.add_parser("bench-targets",
+                   help="print the targets of d in every cell of every "
+                   "set, as a markdown table")
+    pb = sub.add_parser("publish-bench",
+                        help="add a bench run's summary.json to "
+                        "bench-reporting.json and rewrite the block")
+    pb.add_argument("summary", help="the bench run's summary.json")
+    pb.add_argument("note", help="what it ran, any tuning")
+    a = ap.parse_args(argv[1:])
+    if a.command == "bench-targets":
+        return _print_targets()
+    if a.command == "check":
+        return _check_readme()
+    if a.command == "publish-check":
+        publish_check()
+    elif a.command == "publish-bench":
+        publish_bench(a.summary, a.note)
+    return _rewrite_readme()
 
 
 if __name__ == "__main__":

@@ -36,9 +36,10 @@ STOCK_CRASHES = []
 _LIVE = set()
 # With env.SANITIZE: the sanitizer reports of the QEMUs this process ended
 # (VM.end()), as {"vm": name, "lines": [...]}; the runner fails the test
-# on any.  _HARD: ending now, no time for graceful quits (a stop signal).
+# on any.  _ending_hard: ending now, no time for graceful quits (a stop
+# signal); a plain flag, which a signal handler can set without a lock.
 SANITIZER_REPORTS = []
-_HARD = []
+_ending_hard = False
 # Seconds a QEMU with sanitizers may take to quit (LeakSanitizer's scan at
 # exit included) before it is killed.
 SANITIZE_QUIT_S = 60
@@ -64,7 +65,8 @@ def end_all():
 def ending_hard():
     """From now on VM.end() kills without a graceful quit: the process was
     told to stop and has seconds left."""
-    _HARD.append(True)
+    global _ending_hard  # pylint: disable=global-statement
+    _ending_hard = True
 
 
 def _on_signal(signum, _frame):
@@ -317,7 +319,7 @@ class VM(GuestOutput):
         SANITIZE_QUIT_S to exit, so that LeakSanitizer checks it, and the
         sanitizer report lines of its output are added to
         SANITIZER_REPORTS; otherwise, and past that time, it is killed."""
-        if not env.SANITIZE or _HARD:
+        if not env.SANITIZE or _ending_hard:
             self.kill()
             return
         was_live = self in _LIVE
