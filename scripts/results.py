@@ -327,27 +327,11 @@ def bench_targets(b):
     return "\n".join(rows)
 
 
-def _rewrite_readme():
+def _readme_texts():
+    """README.md as it is and as demo.json, check.json and
+    bench-reporting.json make it."""
     with open(DEMO) as f:
-        _old, new = render_readme(json.load(f))
-    with open(README, "w") as f:
-        f.write(new)
-    return 0
-
-
-def _check_readme():
-    with open(DEMO) as f:
-        old, new = render_readme(json.load(f))
-    if old != new:
-        print("README.md's result block differs from "
-              "Documentation/results/demo.json", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _print_targets():
-    print(bench_targets(_load(BENCH)))
-    return 0
+        return render_readme(json.load(f))
 
 
 def main(argv):
@@ -370,14 +354,22 @@ def main(argv):
     pb.add_argument("note", help="what it ran, any tuning")
     a = ap.parse_args(argv[1:])
     if a.command == "bench-targets":
-        return _print_targets()
-    if a.command == "check":
-        return _check_readme()
+        print(bench_targets(_load(BENCH)))
+        return 0
     if a.command == "publish-check":
         publish_check()
     elif a.command == "publish-bench":
         publish_bench(a.summary, a.note)
-    return _rewrite_readme()
+    old, new = _readme_texts()
+    if a.command == "check":
+        if old != new:
+            print("README.md's result block differs from "
+                  "Documentation/results/demo.json", file=sys.stderr)
+            return 1
+        return 0
+    with open(README, "w") as f:
+        f.write(new)
+    return 0
 
 
 if __name__ == "__main__":
