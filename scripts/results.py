@@ -16,19 +16,7 @@ of the QEMU series build and the hash of the driver sources:
                         bench's summary.json with a note
 
 README.md's block between `<!-- results -->` and `<!-- /results -->` is
-made from them:
-
-  scripts/results.py readme          rewrite README.md's block
-  scripts/results.py check           exit 1 if the block differs
-  scripts/results.py publish-check   summarise build/results/check.json
-                                     into check.json and rewrite the block
-  scripts/results.py bench-targets   print the targets of d in every cell
-                                     of every set, as a markdown table
-  scripts/results.py publish-bench SUMMARY NOTE
-                                     add a bench run's summary.json to
-                                     bench-reporting.json as a new set with
-                                     NOTE (what it ran, any tuning) and
-                                     rewrite the block
+made from them; the subcommands below rewrite or check it.
 """
 import argparse
 import datetime
@@ -336,7 +324,7 @@ def _readme_texts():
 
 def main(argv):
     ap = argparse.ArgumentParser(
-        prog="results.py", description=__doc__.split("\n\n")[0],
+        prog="results.py", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("readme", help="rewrite README.md's block")
