@@ -16,7 +16,7 @@ of the QEMU series build and the hash of the driver sources:
                         bench's summary.json with a note
 
 README.md's block between `<!-- results -->` and `<!-- /results -->` is
-made from them; the subcommands below rewrite or check it.
+made from them.  The subcommands below write, check and print them.
 """
 import argparse
 import datetime
