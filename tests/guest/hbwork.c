@@ -26,13 +26,19 @@
  *   frag PATH MIB [HOLE_KB]    write a MIB MiB tmpfs file of stale data, then
  *                              punch out every other HOLE_KB (default 4):
  *                              free memory left in small holes
+ *   fragverify PATH MIB [HOLE_KB]  check a file frag made: every page
+ *                              between the holes as written, every page
+ *                              of a hole zero
  *   churn MIB_S SECS [MIB]     allocate, write, verify and free memory at
  *                              MIB_S MiB/s for SECS seconds (0: until killed,
  *                              result on SIGTERM), within MIB MiB
  *   pressure PERCENT           allocate PERCENT % of MemTotal, touch it,
  *                              verify it, free it
  *   bandwidth MIB SECS         memory-bound loop, prints MiB/s
- *   meminfo                    MemFree/MemAvailable in KiB
+ *   meminfo                    MemFree/MemAvailable in KiB, and the free
+ *                              pages held on the per-CPU lists (pcp_kb:
+ *                              the "count:" of every pageset in
+ *                              /proc/zoneinfo; MemFree leaves them out)
  *   write PATH [HEX]           one write(2) of the bytes HEX (none: a
  *                              zero-length write) to PATH opened O_WRONLY;
  *                              prints its return value and errno
@@ -368,6 +374,51 @@ static int cmd_frag(const char *path, unsigned long mib, unsigned long hole_kb)
 	return 0;
 }
 
+static int cmd_fragverify(const char *path, unsigned long mib,
+			  unsigned long hole_kb)
+{
+	size_t len = mib * MIB, hole = hole_kb ? hole_kb * 1024 : PAGE;
+	uint64_t *buf = xmap(MIB);
+	size_t bad = 0, resident = 0;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0) {
+		printf("HBWORK fragverify path=%s ok=0 bad_pages=-1 errno=%d\n",
+		       path, errno);
+		munmap(buf, MIB);
+		return 1;
+	}
+	for (unsigned long m = 0; m < mib; m++) {
+		ssize_t n = read(fd, buf, MIB);
+
+		if (n != (ssize_t)MIB) {
+			memset(buf, 0xff, MIB);	/* short: every page is bad */
+			if (n < 0)
+				n = 0;
+		}
+		for (size_t p = 0; p < MIB / PAGE; p++) {
+			size_t off = m * MIB + p * PAGE;
+			size_t start = off - off % (2 * hole);
+			const uint64_t *w = buf + p * WORDS_PER_PAGE;
+			uint64_t diff = 0;
+
+			if (off % (2 * hole) < hole && start + hole <= len) {
+				for (size_t i = 0; i < WORDS_PER_PAGE; i++)
+					diff |= w[i];
+				bad += diff != 0;
+			} else {
+				resident++;
+				bad += check_pages(w, 1, 0x5eed, off / PAGE);
+			}
+		}
+	}
+	close(fd);
+	munmap(buf, MIB);
+	printf("HBWORK fragverify path=%s mib=%lu ok=%d bad_pages=%zu resident_pages=%zu\n",
+	       path, mib, bad == 0, bad, resident);
+	return bad ? 1 : 0;
+}
+
 /*
  * Churn: a ring of 1 MiB buffers inside a MIB-sized window.  Each step frees
  * the oldest buffer (after verifying it) and allocates and writes a new one.
@@ -445,6 +496,25 @@ static unsigned long meminfo(const char *key)
 	}
 	fclose(f);
 	return v;
+}
+
+/* Pages on the per-CPU free lists of every zone, in KiB */
+static unsigned long pcp_kb(void)
+{
+	char line[256];
+	unsigned long pages = 0;
+	FILE *f = fopen("/proc/zoneinfo", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = line + strspn(line, " \t");
+
+		if (!strncmp(p, "count:", 6))
+			pages += strtoul(p + 6, NULL, 10);
+	}
+	fclose(f);
+	return pages * (PAGE / 1024);
 }
 
 static int cmd_pressure(unsigned long pct)
@@ -553,6 +623,9 @@ int main(int argc, char **argv)
 		return cmd_verify(argv[2], num(argv[3]), num(argv[4]));
 	if (!strcmp(c, "hold") && argc == 5)
 		return cmd_hold(num(argv[2]), num(argv[3]), argv[4]);
+	if (!strcmp(c, "fragverify") && argc >= 4)
+		return cmd_fragverify(argv[2], num(argv[3]),
+				      argc > 4 ? num(argv[4]) : 4);
 	if (!strcmp(c, "frag") && argc >= 4)
 		return cmd_frag(argv[2], num(argv[3]), argc > 4 ? num(argv[4]) : 4);
 	if (!strcmp(c, "churn") && argc >= 4)
@@ -567,9 +640,9 @@ int main(int argc, char **argv)
 	if (!strcmp(c, "poke") && argc == 4)
 		return cmd_poke(argv[2], num(argv[3]));
 	if (!strcmp(c, "meminfo")) {
-		printf("HBWORK meminfo free_kb=%lu avail_kb=%lu total_kb=%lu\n",
+		printf("HBWORK meminfo free_kb=%lu avail_kb=%lu total_kb=%lu pcp_kb=%lu\n",
 		       meminfo("MemFree"), meminfo("MemAvailable"),
-		       meminfo("MemTotal"));
+		       meminfo("MemTotal"), pcp_kb());
 		return 0;
 	}
 	fprintf(stderr, "usage: see the comment at the top of hbwork.c\n");
