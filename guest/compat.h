@@ -14,6 +14,8 @@
 
 #include <linux/mmzone.h>
 #include <linux/mm.h>
+#include <linux/huge_mm.h>
+#include <linux/spinlock.h>
 #include <linux/memory_hotplug.h>
 #include <linux/log2.h>
 #include <linux/err.h>
@@ -154,6 +156,58 @@ static inline struct page *vb_compat_free_next(struct zone *zone,
 		return NULL;
 	*pfn = page_to_pfn(page);
 	return page;
+}
+
+/*
+ * Per-CPU free lists.  A page freed with an order mm keeps per CPU (up to
+ * PAGE_ALLOC_COSTLY_ORDER, and the PMD order with THP) first waits on
+ * per_cpu_ptr(zone->per_cpu_pageset, cpu)->lists[pindex], linked through
+ * page->pcp_list, until that CPU allocates it again or mm drains it to the
+ * buddy lists.  pcp->lock protects the lists: a page enters and leaves
+ * them only under it.  The owning CPU only ever trylocks it (and uses the
+ * buddy lists when that fails); mm's drain of another CPU's lists takes it
+ * as vb_compat_pcp_lock() does (pcp_spin_lock_maybe_irqsave() in
+ * mm/page_alloc.c: on UP a spin_lock would not keep out an interrupt's
+ * trylock, so IRQs go off there).
+ *
+ * A page on a list carries no order: the list's index gives it
+ * (pindex_to_order() in mm/page_alloc.c, the same in 6.1 and 6.12):
+ * MIGRATE_PCPTYPES lists per order up to PAGE_ALLOC_COSTLY_ORDER, then the
+ * THP lists, of HPAGE_PMD_ORDER (6.12) or pageblock_order (6.1).  Those are
+ * walked only where the two agree.  -1: a list the driver leaves alone.
+ */
+static inline int vb_compat_pcp_order(unsigned int pindex)
+{
+	if (pindex < NR_LOWORDER_PCP_LISTS)
+		return pindex / MIGRATE_PCPTYPES;
+#ifdef CONFIG_TRANSPARENT_HUGEPAGE
+	if (pindex < NR_PCP_LISTS && HPAGE_PMD_ORDER == pageblock_order)
+		return HPAGE_PMD_ORDER;
+#endif
+	return -1;
+}
+
+static inline void vb_compat_pcp_lock(struct per_cpu_pages *pcp,
+				      unsigned long *flags)
+	__acquires(&pcp->lock)
+{
+#if defined(CONFIG_SMP) || defined(CONFIG_PREEMPT_RT)
+	*flags = 0;
+	spin_lock(&pcp->lock);
+#else
+	spin_lock_irqsave(&pcp->lock, *flags);
+#endif
+}
+
+static inline void vb_compat_pcp_unlock(struct per_cpu_pages *pcp,
+					unsigned long *flags)
+	__releases(&pcp->lock)
+{
+#if defined(CONFIG_SMP) || defined(CONFIG_PREEMPT_RT)
+	spin_unlock(&pcp->lock);
+#else
+	spin_unlock_irqrestore(&pcp->lock, *flags);
+#endif
 }
 
 #if defined(VB_FAULT_INJECT) && defined(CONFIG_SPARSEMEM)

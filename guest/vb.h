@@ -53,6 +53,14 @@
 #define VB_SCAN_MAX_RESTARTS		4U
 #define VB_SCAN_MAX_RANGE		(1UL << (30 - PAGE_SHIFT))
 #define VB_SCAN_HOLD_HIST		16
+/*
+ * Scan mode, per-CPU free lists: default and largest pcp_max_pages (pages
+ * one hold takes from the lists of one CPU in one zone), and the ranges
+ * that hold can stage before the lock is dropped.
+ */
+#define VB_SCAN_PCP_PAGES		(128U << 10)
+#define VB_SCAN_PCP_MAX_PAGES		BIT(20)
+#define VB_SCAN_PCP_RANGES		8192U
 /* Upper bounds of the batching knobs */
 #define VB_HINT_MAX_BPC		64
 #define VB_HINT_MAX_CPK		256
@@ -120,6 +128,7 @@ enum vb_knob {
 	VB_KNOB_CHAINS_PER_KICK,
 	VB_KNOB_RESERVE_KB,
 	VB_KNOB_ALLOC_MAX_INFLIGHT_KB,
+	VB_KNOB_PCP_MAX_PAGES,
 	VB_NR_KNOBS,
 };
 
@@ -136,6 +145,8 @@ struct vb_hint_settings {
 	unsigned int reserve_kb;
 	/* alloc: most block memory (KiB) in flight, not yet used by the device */
 	unsigned int alloc_max_inflight_kb;
+	/* scan: most pages taken from one CPU's per-CPU lists of a zone */
+	unsigned int pcp_max_pages;
 };
 
 /* Counters of the hint engine, protected by vb_hint.lock */
@@ -163,6 +174,13 @@ struct vb_hint_stats {
 	/* scan: longest zone->lock hold (IRQs off), last round and ever */
 	u64 round_max_hold_ns;
 	u64 max_hold_ns;
+	/*
+	 * scan: pages the last round took from per-CPU free lists (counted in
+	 * round_pfns too), and the longest hold of a per-CPU list lock
+	 * (preemption off) ever
+	 */
+	u64 round_pcp_pfns;
+	u64 max_pcp_hold_ns;
 	/* rounds ended because they waited too long for the device */
 	u64 rounds_timed_out;
 	u32 cmd_id;
@@ -217,6 +235,17 @@ struct vb_scan_state {
 	u64 hold_ns;
 	/* holds by duration: [i] counts holds of [2^i, 2^(i+1)) us, [0] < 2 us */
 	u32 hold_hist[VB_SCAN_HOLD_HIST];
+	/*
+	 * Per-CPU free lists: the ranges one hold staged (@pcp_r, of
+	 * VB_SCAN_PCP_RANGES; NULL without free page hinting), their blocks per
+	 * order, and the pages taken from such lists and longest hold of
+	 * their locks in this walk
+	 */
+	struct vb_scan_range *pcp_r;
+	unsigned int pcp_n;
+	u64 pcp_by_order[VB_HINT_NR_ORDERS];
+	u64 pcp_pfns;
+	u64 pcp_max_hold_ns;
 };
 
 struct vb_hint {
@@ -396,6 +425,8 @@ bool vb_hint_drain(struct vb_device *vb, unsigned int ms, bool stop_on_cmd,
 
 /* vb_scan.c, vb_alloc.c: one round of each search */
 int vb_scan_round(struct vb_device *vb);
+int vb_scan_init(struct vb_device *vb);
+void vb_scan_exit(struct vb_device *vb);
 int vb_alloc_round(struct vb_device *vb);
 
 /* vb_fault.c: fault injection, built only with VB_FAULT_INJECT=y */
@@ -411,6 +442,8 @@ struct vb_scan_walk {
 	u64 holds;
 	u64 hold_ns;
 	u32 hold_hist[VB_SCAN_HOLD_HIST];
+	u64 pcp_pfns;
+	u64 pcp_max_hold_ns;
 };
 
 void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w);

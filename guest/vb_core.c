@@ -76,7 +76,8 @@
  * Documentation/guest-driver.md): hint_enabled, hint_mode (auto, scan,
  * alloc), hint_min_order (scan), hint_alloc_min_order (alloc),
  * hint_blocks_per_chain, hint_chains_per_kick, hint_reserve_kb,
- * hint_alloc_max_inflight_kb (alloc); fault_inject in test builds only
+ * hint_alloc_max_inflight_kb (alloc), hint_pcp_max_pages (scan);
+ * fault_inject in test builds only
  * (vb_fault.c).
  */
 
@@ -132,6 +133,11 @@ module_param(hint_alloc_max_inflight_kb, uint, 0444);
 MODULE_PARM_DESC(hint_alloc_max_inflight_kb,
 		 "Alloc mode: most block memory (KiB) in flight, not yet used by the device, >= one block of the largest order (default: 262144)");
 
+static uint hint_pcp_max_pages = VB_SCAN_PCP_PAGES;
+module_param(hint_pcp_max_pages, uint, 0444);
+MODULE_PARM_DESC(hint_pcp_max_pages,
+		 "Scan mode: most pages a round takes from the per-CPU free lists of one CPU in one zone, in one hold of their lock, 0..1048576, 0 = none (default: 131072)");
+
 static struct vb_hint_settings vb_core_defaults;
 
 void vb_core_default_settings(struct vb_hint_settings *s)
@@ -168,6 +174,8 @@ static unsigned int *vb_core_knob(struct vb_hint_settings *s,
 		return &s->reserve_kb;
 	case VB_KNOB_ALLOC_MAX_INFLIGHT_KB:
 		return &s->alloc_max_inflight_kb;
+	case VB_KNOB_PCP_MAX_PAGES:
+		return &s->pcp_max_pages;
 	default:
 		return NULL;
 	}
@@ -296,6 +304,7 @@ static int vb_core_check_params(void)
 		.chains_per_kick = hint_chains_per_kick,
 		.reserve_kb = hint_reserve_kb,
 		.alloc_max_inflight_kb = hint_alloc_max_inflight_kb,
+		.pcp_max_pages = hint_pcp_max_pages,
 	};
 
 	if (vb_sysfs_validate(&s, NULL)) {

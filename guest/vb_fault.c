@@ -13,10 +13,11 @@
  * into a block allocated here and held like any other hinted block.
  * out_of_ram and unmappable point at no guest memory at all.
  *
- * scan_walk, when read, walks all free lists as a scan round would, sends
- * nothing, and reports the pages of the free blocks taken, the time, the
- * longest zone->lock hold and the free memory found: the cost of the
- * search alone, on any device.
+ * scan_walk, when read, walks all free lists (the per-CPU ones too) as a
+ * scan round would, sends nothing, and reports the pages of the free
+ * blocks taken, the time, the longest zone->lock hold, the pages taken
+ * from per-CPU lists and the longest hold of their locks, and the free
+ * memory found: the cost of the search alone, on any device.
  *
  * held_blocks, when read, describes the blocks alloc mode holds right now:
  * how many, how many of their pages are in ZONE_MOVABLE, and the
@@ -344,9 +345,9 @@ static int vb_fault_walk_show(struct seq_file *m, void *unused)
 	mutex_lock(&vb->hint.vq_lock);
 	vb_scan_walk(vb, &w);
 	mutex_unlock(&vb->hint.vq_lock);
-	seq_printf(m, "pfns=%llu ns=%llu max_hold_ns=%llu holds=%llu hold_ns=%llu ranges=%llu free_pages=%llu hold_us_log2=",
+	seq_printf(m, "pfns=%llu ns=%llu max_hold_ns=%llu holds=%llu hold_ns=%llu ranges=%llu free_pages=%llu pcp_pfns=%llu max_pcp_hold_ns=%llu hold_us_log2=",
 		   w.pfns, w.ns, w.max_hold_ns, w.holds, w.hold_ns, w.ranges,
-		   w.free_pages);
+		   w.free_pages, w.pcp_pfns, w.pcp_max_hold_ns);
 	for (i = 0; i < VB_SCAN_HOLD_HIST; i++)
 		seq_printf(m, "%s%u", i ? "," : "", w.hold_hist[i]);
 	seq_putc(m, '\n');

@@ -675,10 +675,15 @@ int vb_hint_init(struct vb_device *vb)
 	if (!vb_has(vb, VIRTIO_BALLOON_F_FREE_PAGE_HINT))
 		return 0;
 
+	err = vb_scan_init(vb);
+	if (err)
+		return err;
 	h->wq = alloc_workqueue("vb-hint-%s", WQ_FREEZABLE | WQ_CPU_INTENSIVE,
 				0, dev_name(&vb->vdev->dev));
-	if (!h->wq)
+	if (!h->wq) {
+		vb_scan_exit(vb);
 		return -ENOMEM;
+	}
 
 	err = vb_compat_shrinker_register(&h->shrinker, vb_hint_shrink_count,
 					  vb_hint_shrink_scan, vb,
@@ -686,6 +691,7 @@ int vb_hint_init(struct vb_device *vb)
 	if (err) {
 		destroy_workqueue(h->wq);
 		h->wq = NULL;
+		vb_scan_exit(vb);
 		return err;
 	}
 	h->shrinker_registered = true;
@@ -780,6 +786,7 @@ void vb_hint_exit(struct vb_device *vb)
 		destroy_workqueue(h->wq);
 		h->wq = NULL;
 	}
+	vb_scan_exit(vb);
 	/* nothing may be left: the device was reset before */
 	WARN_ON(!list_empty(&h->inflight) || !list_empty(&h->acked));
 }

@@ -50,6 +50,28 @@
  * Memory hotplug.  A block on a free list is online: offlining takes free
  * blocks off the lists under zone->lock.  The remembered pfn is looked up
  * again with pfn_to_online_page() under the lock before its memmap is read.
+ *
+ * Per-CPU free lists.  A page freed with a small order (up to
+ * PAGE_ALLOC_COSTLY_ORDER, and THP-sized ones) goes to the freeing CPU's
+ * per_cpu_pages lists of its zone, not to the free lists above, and stays
+ * there until that CPU allocates it or mm drains it.  Since 6.7 mm lets
+ * those lists grow to an eighth of the zone while a CPU frees much memory
+ * (and shrinks them by an eighth a second after): free memory that
+ * MemFree does not count and that free page reporting never sees.  After
+ * the free lists of every order, a round takes every CPU's lists of every
+ * zone, each under its pcp->lock (vb_compat_pcp_lock() in compat.h):
+ * a page on such a list is free while the lock is held.  A page that
+ * left a list carries no mark, so a walk cannot find its place again
+ * once the lock is dropped: one hold stages the pages of one CPU's lists
+ * in a zone, from each list's tail (the coldest pages, which mm drains
+ * first), at most pcp_max_pages pages (knob, 0 leaves the lists alone)
+ * and VB_SCAN_PCP_RANGES ranges, merging neighbours as it goes; the
+ * staged ranges are sorted, merged and queued after the lock is dropped.
+ * The hold keeps preemption off on this CPU only; the owner of the lists
+ * never waits for it (it trylocks, and uses the buddy lists meanwhile).
+ * Its length is in max_pcp_hold_ns.  The per-CPU lists are a phase of
+ * their own at the end of a round: a round cut short before it leaves
+ * them to the next round's end.
  */
 
 #include <linux/mm.h>
@@ -60,6 +82,9 @@
 #include <linux/spinlock.h>
 #include <linux/log2.h>
 #include <linux/sort.h>
+#include <linux/slab.h>
+#include <linux/cpumask.h>
+#include <linux/percpu.h>
 
 #include "vb.h"
 
@@ -115,17 +140,20 @@ static int vb_scan_range_cmp(const void *a, const void *b)
 	return x->pfn < y->pfn ? -1 : x->pfn > y->pfn;
 }
 
-/* Sort the ranges and merge those that touch or overlap (up to 1 GiB) */
-static void vb_scan_compact(struct vb_scan_state *sc)
+/*
+ * Sort the @nr ranges at @r and merge those that touch or overlap (up to
+ * 1 GiB).  Returns how many are left.
+ */
+static unsigned int vb_scan_merge(struct vb_scan_range *r, unsigned int nr)
 {
-	struct vb_scan_range *r = sc->r, *last;
+	struct vb_scan_range *last;
 	unsigned long end;
 	unsigned int i, n = 0;
 
-	if (sc->n < 2)
-		return;
-	sort(r, sc->n, sizeof(*r), vb_scan_range_cmp, NULL);
-	for (i = 1; i < sc->n; i++) {
+	if (nr < 2)
+		return nr;
+	sort(r, nr, sizeof(*r), vb_scan_range_cmp, NULL);
+	for (i = 1; i < nr; i++) {
 		last = &r[n];
 		end = max(last->pfn + last->nr, r[i].pfn + r[i].nr);
 		if (r[i].pfn <= last->pfn + last->nr &&
@@ -135,7 +163,13 @@ static void vb_scan_compact(struct vb_scan_state *sc)
 		}
 		r[++n] = r[i];
 	}
-	sc->n = n + 1;
+	return n + 1;
+}
+
+/* Merge the ranges waiting for the next chain */
+static void vb_scan_compact(struct vb_scan_state *sc)
+{
+	sc->n = vb_scan_merge(sc->r, sc->n);
 }
 
 /*
@@ -254,6 +288,26 @@ static void vb_scan_tally(struct vb_scan_state *sc, struct vb_scan_walk *w)
 #endif
 
 /*
+ * The ranges are all used: merge them, and when that frees less than a
+ * quarter of them send them as a chain, or count them into @w (the test
+ * build's walk).  Returns 0, or an error with which the round stops.
+ */
+static int vb_scan_make_room(struct vb_device *vb, unsigned int *chains,
+			     struct vb_scan_walk *w)
+{
+	struct vb_scan_state *sc = &vb->hint.scan;
+
+	vb_scan_compact(sc);
+	if (sc->n < sc->max && sc->n <= sc->max - sc->max / 4)
+		return 0;
+	if (w) {
+		vb_scan_tally(sc, w);
+		return 0;
+	}
+	return vb_scan_queue(vb, chains);
+}
+
+/*
  * Walk the free lists of @order in @zone.  The ranges go out as chains, or
  * into @w (the test build's walk, which ignores the round's stop).
  * Returns 0, or an error with which the round stops.
@@ -273,17 +327,148 @@ static int vb_scan_order(struct vb_device *vb, struct zone *zone,
 		cond_resched();
 		if (sc->n < sc->max)
 			continue;
-		/* merging must free a quarter of the ranges, else send them */
-		vb_scan_compact(sc);
-		if (sc->n < sc->max && sc->n <= sc->max - sc->max / 4)
-			continue;
-		if (w) {
-			vb_scan_tally(sc, w);
-			continue;
-		}
-		err = vb_scan_queue(vb, chains);
+		err = vb_scan_make_room(vb, chains, w);
 		if (err)
 			return err;
+	}
+	return 0;
+}
+
+/*
+ * Stage the block of @order at @pfn from a per-CPU list: extend the last
+ * staged range when it touches it, else start a range.  False: no range
+ * is left.
+ */
+static bool vb_scan_pcp_stage(struct vb_scan_state *sc, unsigned long pfn,
+			      unsigned int order)
+{
+	unsigned long nr = 1UL << order;
+	struct vb_scan_range *r = sc->pcp_n ? &sc->pcp_r[sc->pcp_n - 1] : NULL;
+
+	if (r && r->nr + nr <= VB_SCAN_MAX_RANGE) {
+		if (r->pfn + r->nr == pfn) {
+			r->nr += nr;
+			goto staged;
+		}
+		if (pfn + nr == r->pfn) {
+			r->pfn = pfn;
+			r->nr += nr;
+			goto staged;
+		}
+	}
+	if (sc->pcp_n == VB_SCAN_PCP_RANGES)
+		return false;
+	sc->pcp_r[sc->pcp_n].pfn = pfn;
+	sc->pcp_r[sc->pcp_n].nr = nr;
+	sc->pcp_n++;
+staged:
+	sc->pcp_by_order[order]++;
+	sc->pcp_pfns += nr;
+	return true;
+}
+
+/*
+ * One hold of the lock of @cpu's per-CPU lists in @zone: stage the pages
+ * on them, each list from its tail, blocks of order >= @min_order, at
+ * most @max_pages pages.  Every page staged was on a list, so free, while
+ * the lock was held.
+ */
+static void vb_scan_pcp_hold(struct vb_device *vb, struct zone *zone,
+			     unsigned int cpu, unsigned int min_order,
+			     unsigned long max_pages)
+{
+	struct vb_scan_state *sc = &vb->hint.scan;
+	struct per_cpu_pages *pcp = per_cpu_ptr(zone->per_cpu_pageset, cpu);
+	unsigned long taken = 0, pfn, flags;
+	struct page *page;
+	unsigned int i;
+	u64 t0, held;
+	int order;
+
+	t0 = local_clock();
+	vb_compat_pcp_lock(pcp, &flags);
+	for (i = 0; i < NR_PCP_LISTS; i++) {
+		order = vb_compat_pcp_order(i);
+		if (order < 0 || (unsigned int)order < min_order)
+			continue;
+		list_for_each_entry_reverse(page, &pcp->lists[i], pcp_list) {
+			pfn = page_to_pfn(page);
+			if (WARN_ON_ONCE(page_zone(page) != zone ||
+					 !zone_spans_pfn(zone, pfn + (1UL << order) - 1)))
+				goto out;
+			if (taken + (1UL << order) > max_pages ||
+			    !vb_scan_pcp_stage(sc, pfn, order))
+				goto out;
+			taken += 1UL << order;
+		}
+	}
+out:
+	vb_compat_pcp_unlock(pcp, &flags);
+	held = local_clock() - t0;
+	sc->pcp_max_hold_ns = max(sc->pcp_max_hold_ns, held);
+}
+
+/*
+ * Send the ranges one hold of a per-CPU list lock staged: sorted, merged,
+ * into the ranges of the chains.  Returns 0, or an error with which the
+ * round stops.
+ */
+static int vb_scan_pcp_send(struct vb_device *vb, unsigned int *chains,
+			    struct vb_scan_walk *w)
+{
+	struct vb_scan_state *sc = &vb->hint.scan;
+	unsigned int i, o;
+	int err = 0;
+
+	sc->pcp_n = vb_scan_merge(sc->pcp_r, sc->pcp_n);
+	/* the blocks staged are counted with the next chain */
+	for (o = 0; o < VB_HINT_NR_ORDERS; o++)
+		sc->pend_by_order[o] += sc->pcp_by_order[o];
+	memset(sc->pcp_by_order, 0, sizeof(sc->pcp_by_order));
+	for (i = 0; i < sc->pcp_n; i++) {
+		if (sc->n == sc->max) {
+			err = vb_scan_make_room(vb, chains, w);
+			if (err)
+				break;
+		}
+		sc->r[sc->n++] = sc->pcp_r[i];
+	}
+	sc->pcp_n = 0;
+	return err;
+}
+
+/*
+ * The per-CPU lists of every CPU in every populated zone.  Returns 0, or
+ * an error with which the round stops.
+ */
+static int vb_scan_pcp(struct vb_device *vb, unsigned int *chains,
+		       struct vb_scan_walk *w)
+{
+	struct vb_hint *h = &vb->hint;
+	struct vb_scan_state *sc = &h->scan;
+	unsigned int cpu;
+	struct zone *zone;
+	int nid, zid, err;
+
+	if (!sc->pcp_r || !h->cur.pcp_max_pages)
+		return 0;
+	for_each_online_node(nid) {
+		for (zid = 0; zid < MAX_NR_ZONES; zid++) {
+			zone = &NODE_DATA(nid)->node_zones[zid];
+			if (!populated_zone(zone))
+				continue;
+			for_each_possible_cpu(cpu) {
+				if (!w && vb_hint_round_must_stop(vb))
+					return -EINTR;
+				vb_scan_pcp_hold(vb, zone, cpu,
+						 h->cur.min_order,
+						 h->cur.pcp_max_pages);
+				err = vb_scan_pcp_send(vb, chains, w);
+				if (err)
+					return err;
+				cond_resched();
+			}
+		}
 	}
 	return 0;
 }
@@ -296,6 +481,10 @@ static void vb_scan_begin(struct vb_scan_state *sc, unsigned int max)
 	sc->pfns = 0;
 	sc->max_hold_ns = 0;
 	memset(sc->pend_by_order, 0, sizeof(sc->pend_by_order));
+	sc->pcp_n = 0;
+	sc->pcp_pfns = 0;
+	sc->pcp_max_hold_ns = 0;
+	memset(sc->pcp_by_order, 0, sizeof(sc->pcp_by_order));
 }
 
 /* Record the cost of the round that started at @t0 */
@@ -305,7 +494,10 @@ static void vb_scan_account(struct vb_device *vb, u64 t0)
 	struct vb_scan_state *sc = &h->scan;
 
 	spin_lock(&h->lock);
-	h->stats.round_pfns = sc->pfns;
+	h->stats.round_pfns = sc->pfns + sc->pcp_pfns;
+	h->stats.round_pcp_pfns = sc->pcp_pfns;
+	h->stats.max_pcp_hold_ns = max(h->stats.max_pcp_hold_ns,
+				       sc->pcp_max_hold_ns);
 	h->stats.round_scan_ns = local_clock() - t0;
 	h->stats.round_max_hold_ns = sc->max_hold_ns;
 	h->stats.max_hold_ns = max(h->stats.max_hold_ns, sc->max_hold_ns);
@@ -334,7 +526,7 @@ static struct zone *vb_scan_unit(unsigned int k, unsigned int per_order,
 /*
  * One scan round: the free lists of every order >= min_order, largest
  * first, of every populated zone, starting where the last round stopped
- * and wrapping around.
+ * and wrapping around, then the per-CPU lists.
  */
 int vb_scan_round(struct vb_device *vb)
 {
@@ -369,8 +561,11 @@ int vb_scan_round(struct vb_device *vb)
 		sc->resume_depth = 0;
 		sc->resume_nid = 0;
 		sc->resume_zid = 0;
-		vb_scan_compact(sc);
-		err = vb_scan_queue(vb, &chains);
+		err = vb_scan_pcp(vb, &chains, NULL);
+		if (!err) {
+			vb_scan_compact(sc);
+			err = vb_scan_queue(vb, &chains);
+		}
 	}
 	vb_scan_account(vb, t0);
 	return err;
@@ -403,9 +598,12 @@ void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w)
 		if (zone)
 			vb_scan_order(vb, zone, order, NULL, w);
 	}
+	vb_scan_pcp(vb, NULL, w);
 	vb_scan_compact(sc);
 	vb_scan_tally(sc, w);
-	w->pfns = sc->pfns;
+	w->pfns = sc->pfns + sc->pcp_pfns;
+	w->pcp_pfns = sc->pcp_pfns;
+	w->pcp_max_hold_ns = sc->pcp_max_hold_ns;
 	w->ns = local_clock() - t0;
 	w->max_hold_ns = sc->max_hold_ns;
 	w->holds = sc->holds;
@@ -413,3 +611,19 @@ void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w)
 	memcpy(w->hold_hist, sc->hold_hist, sizeof(w->hold_hist));
 }
 #endif
+
+/* The staging ranges of the per-CPU list walk (free page hinting only) */
+int vb_scan_init(struct vb_device *vb)
+{
+	struct vb_scan_state *sc = &vb->hint.scan;
+
+	sc->pcp_r = kvmalloc_array(VB_SCAN_PCP_RANGES, sizeof(*sc->pcp_r),
+				   GFP_KERNEL);
+	return sc->pcp_r ? 0 : -ENOMEM;
+}
+
+void vb_scan_exit(struct vb_device *vb)
+{
+	kvfree(vb->hint.scan.pcp_r);
+	vb->hint.scan.pcp_r = NULL;
+}

@@ -91,6 +91,9 @@ static int vb_sysfs_check(struct vb_device *vb, enum vb_knob knob,
 	case VB_KNOB_ALLOC_MAX_INFLIGHT_KB:
 		ok = val >= VB_ALLOC_MIN_INFLIGHT_KB;
 		break;
+	case VB_KNOB_PCP_MAX_PAGES:
+		ok = val <= VB_SCAN_PCP_MAX_PAGES;
+		break;
 	default:
 		ok = false;
 	}
@@ -267,6 +270,7 @@ VB_SYSFS_KNOB(blocks_per_chain, BLOCKS_PER_CHAIN);
 VB_SYSFS_KNOB(chains_per_kick, CHAINS_PER_KICK);
 VB_SYSFS_KNOB(reserve_kb, RESERVE_KB);
 VB_SYSFS_KNOB(alloc_max_inflight_kb, ALLOC_MAX_INFLIGHT_KB);
+VB_SYSFS_KNOB(pcp_max_pages, PCP_MAX_PAGES);
 
 VB_SYSFS_COUNTER(rounds, rounds);
 VB_SYSFS_COUNTER(blocks_hinted, blocks_hinted);
@@ -285,6 +289,8 @@ VB_SYSFS_COUNTER(round_pfns, round_pfns);
 VB_SYSFS_COUNTER(round_scan_ns, round_scan_ns);
 VB_SYSFS_COUNTER(round_max_hold_ns, round_max_hold_ns);
 VB_SYSFS_COUNTER(max_hold_ns, max_hold_ns);
+VB_SYSFS_COUNTER(round_pcp_pfns, round_pcp_pfns);
+VB_SYSFS_COUNTER(max_pcp_hold_ns, max_pcp_hold_ns);
 VB_SYSFS_COUNTER(rounds_timed_out, rounds_timed_out);
 
 static struct attribute *vb_sysfs_attrs[] = {
@@ -296,6 +302,7 @@ static struct attribute *vb_sysfs_attrs[] = {
 	&vb_sysfs_knob_chains_per_kick.attr.attr,
 	&vb_sysfs_knob_reserve_kb.attr.attr,
 	&vb_sysfs_knob_alloc_max_inflight_kb.attr.attr,
+	&vb_sysfs_knob_pcp_max_pages.attr.attr,
 	&dev_attr_cmd_id.attr,
 	&dev_attr_held_inflight_pages.attr,
 	&dev_attr_held_acked_pages.attr,
@@ -316,6 +323,8 @@ static struct attribute *vb_sysfs_attrs[] = {
 	&vb_sysfs_ctr_round_scan_ns.attr.attr,
 	&vb_sysfs_ctr_round_max_hold_ns.attr.attr,
 	&vb_sysfs_ctr_max_hold_ns.attr.attr,
+	&vb_sysfs_ctr_round_pcp_pfns.attr.attr,
+	&vb_sysfs_ctr_max_pcp_hold_ns.attr.attr,
 	&vb_sysfs_ctr_rounds_timed_out.attr.attr,
 	NULL,
 };

@@ -23,13 +23,14 @@ KNOB_BAD = {
     "chains_per_kick": ["0", "257"],
     "reserve_kb": ["4294967295"],          # > total RAM in KiB
     "alloc_max_inflight_kb": ["0", "4095"],  # < one 4 MiB block
+    "pcp_max_pages": ["1048577", "4294967295"],
     "mode": ["0", "1", "Auto", "Scan", "allocx", "scan alloc", "+scan"],
 }
 KNOB_GOOD = {"enabled": "1", "min_order": "3",
              "alloc_min_order": "3",
              "blocks_per_chain": "8", "chains_per_kick": "4",
              "reserve_kb": "0", "alloc_max_inflight_kb": "8192",
-             "mode": "alloc"}
+             "pcp_max_pages": "4096", "mode": "alloc"}
 
 
 def _write_knob(vm, knob, value):
@@ -72,6 +73,7 @@ def test_sysfs_knobs_reject_bad_values():
                       "hint_chains_per_kick=257", "hint_enabled=2",
                       "hint_reserve_kb=4294967295",
                       "hint_alloc_max_inflight_kb=4095",
+                      "hint_pcp_max_pages=1048577",
                       "hint_mode=bogus", "hint_mode="]
         loaded = []
         for p in bad_params:
