@@ -237,13 +237,12 @@ struct vb_scan_state {
 	u32 hold_hist[VB_SCAN_HOLD_HIST];
 	/*
 	 * Per-CPU free lists: the ranges one hold staged (@pcp_r, of
-	 * VB_SCAN_PCP_RANGES; NULL without free page hinting), their blocks per
-	 * order, and the pages taken from such lists and longest hold of
-	 * their locks in this walk
+	 * VB_SCAN_PCP_RANGES; NULL without free page hinting; their blocks
+	 * are counted in pend_by_order), and the pages taken from such lists
+	 * and longest hold of their locks in this walk
 	 */
 	struct vb_scan_range *pcp_r;
 	unsigned int pcp_n;
-	u64 pcp_by_order[VB_HINT_NR_ORDERS];
 	u64 pcp_pfns;
 	u64 pcp_max_hold_ns;
 };

@@ -109,25 +109,33 @@ static void vb_scan_list_start(struct vb_scan_state *sc, struct zone *zone,
 		     VB_SCAN_STEPS_PER_LOCK;
 }
 
+/* Extend range @r (NULL: none) by the @nr pages at @pfn if they touch it */
+static bool vb_scan_extend(struct vb_scan_range *r, unsigned long pfn,
+			   unsigned long nr)
+{
+	if (!r || r->nr + nr > VB_SCAN_MAX_RANGE)
+		return false;
+	if (r->pfn + r->nr == pfn) {
+		r->nr += nr;
+		return true;
+	}
+	if (pfn + nr == r->pfn) {
+		r->pfn = pfn;
+		r->nr += nr;
+		return true;
+	}
+	return false;
+}
+
 /* Add the free block at @pfn of @order to the ranges (there is room) */
 static void vb_scan_add(struct vb_scan_state *sc, unsigned long pfn,
 			unsigned int order)
 {
 	unsigned long nr = 1UL << order;
-	struct vb_scan_range *r = sc->n ? &sc->r[sc->n - 1] : NULL;
 
 	sc->pend_by_order[order]++;
-	if (r && r->nr + nr <= VB_SCAN_MAX_RANGE) {
-		if (r->pfn + r->nr == pfn) {
-			r->nr += nr;
-			return;
-		}
-		if (pfn + nr == r->pfn) {
-			r->pfn = pfn;
-			r->nr += nr;
-			return;
-		}
-	}
+	if (vb_scan_extend(sc->n ? &sc->r[sc->n - 1] : NULL, pfn, nr))
+		return;
 	sc->r[sc->n].pfn = pfn;
 	sc->r[sc->n].nr = nr;
 	sc->n++;
@@ -343,26 +351,17 @@ static bool vb_scan_pcp_stage(struct vb_scan_state *sc, unsigned long pfn,
 			      unsigned int order)
 {
 	unsigned long nr = 1UL << order;
-	struct vb_scan_range *r = sc->pcp_n ? &sc->pcp_r[sc->pcp_n - 1] : NULL;
 
-	if (r && r->nr + nr <= VB_SCAN_MAX_RANGE) {
-		if (r->pfn + r->nr == pfn) {
-			r->nr += nr;
-			goto staged;
-		}
-		if (pfn + nr == r->pfn) {
-			r->pfn = pfn;
-			r->nr += nr;
-			goto staged;
-		}
+	if (!vb_scan_extend(sc->pcp_n ? &sc->pcp_r[sc->pcp_n - 1] : NULL,
+			    pfn, nr)) {
+		if (sc->pcp_n == VB_SCAN_PCP_RANGES)
+			return false;
+		sc->pcp_r[sc->pcp_n].pfn = pfn;
+		sc->pcp_r[sc->pcp_n].nr = nr;
+		sc->pcp_n++;
 	}
-	if (sc->pcp_n == VB_SCAN_PCP_RANGES)
-		return false;
-	sc->pcp_r[sc->pcp_n].pfn = pfn;
-	sc->pcp_r[sc->pcp_n].nr = nr;
-	sc->pcp_n++;
-staged:
-	sc->pcp_by_order[order]++;
+	/* counted with the next chain, as a block of the free lists is */
+	sc->pend_by_order[order]++;
 	sc->pcp_pfns += nr;
 	return true;
 }
@@ -417,14 +416,10 @@ static int vb_scan_pcp_send(struct vb_device *vb, unsigned int *chains,
 			    struct vb_scan_walk *w)
 {
 	struct vb_scan_state *sc = &vb->hint.scan;
-	unsigned int i, o;
+	unsigned int i;
 	int err = 0;
 
 	sc->pcp_n = vb_scan_merge(sc->pcp_r, sc->pcp_n);
-	/* the blocks staged are counted with the next chain */
-	for (o = 0; o < VB_HINT_NR_ORDERS; o++)
-		sc->pend_by_order[o] += sc->pcp_by_order[o];
-	memset(sc->pcp_by_order, 0, sizeof(sc->pcp_by_order));
 	for (i = 0; i < sc->pcp_n; i++) {
 		if (sc->n == sc->max) {
 			err = vb_scan_make_room(vb, chains, w);
@@ -484,7 +479,6 @@ static void vb_scan_begin(struct vb_scan_state *sc, unsigned int max)
 	sc->pcp_n = 0;
 	sc->pcp_pfns = 0;
 	sc->pcp_max_hold_ns = 0;
-	memset(sc->pcp_by_order, 0, sizeof(sc->pcp_by_order));
 }
 
 /* Record the cost of the round that started at @t0 */
