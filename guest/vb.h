@@ -21,7 +21,6 @@
 #include <linux/list.h>
 #include <linux/notifier.h>
 #include <linux/scatterlist.h>
-#include <linux/balloon_compaction.h>
 #include <linux/page_reporting.h>
 #include <linux/fault-inject.h>
 
@@ -42,25 +41,25 @@
 #define VB_HINT_MAX_ORDER	VB_MAX_BUDDY_ORDER
 #define VB_HINT_NR_ORDERS	(VB_HINT_MAX_ORDER + 1)
 /*
- * Scan mode: free blocks taken from the free lists per hold of zone->lock
- * (bounded as mm/page_reporting and compaction bound their holds; each
- * block is a read of a struct page far from the last one, so a hold takes
- * 16, no longer than the 64 sequential memmap steps of the PFN walk this
- * replaced), times a walk of one free list may lose its place and start
- * again, largest merged range, and the buckets of the hold histogram.
+ * The free-list walk (vb_mm.c): free blocks taken from the free lists per
+ * hold of zone->lock (bounded as mm/page_reporting and compaction bound
+ * their holds; each block is a read of a struct page far from the last
+ * one, so a hold takes 16, no longer than the 64 sequential memmap steps
+ * of a PFN walk), times a walk of one free list may lose its place and
+ * start again, largest range, the buckets of the hold histogram, and the
+ * ranges one hold of a per-CPU list lock can stage before it is dropped.
  */
-#define VB_SCAN_STEPS_PER_LOCK		16UL
-#define VB_SCAN_MAX_RESTARTS		4U
-#define VB_SCAN_MAX_RANGE		(1UL << (30 - PAGE_SHIFT))
-#define VB_SCAN_HOLD_HIST		16
+#define VB_MM_STEPS_PER_LOCK		16UL
+#define VB_MM_MAX_RESTARTS		4U
+#define VB_MM_MAX_RANGE			(1UL << (30 - PAGE_SHIFT))
+#define VB_MM_HOLD_HIST			16
+#define VB_MM_STAGE_RANGES		8192U
 /*
  * Scan mode, per-CPU free lists: default and largest pcp_max_pages (pages
- * one hold takes from the lists of one CPU in one zone), and the ranges
- * that hold can stage before the lock is dropped.
+ * a round takes from the lists of one CPU in one zone).
  */
 #define VB_SCAN_PCP_PAGES		(128U << 10)
 #define VB_SCAN_PCP_MAX_PAGES		BIT(20)
-#define VB_SCAN_PCP_RANGES		8192U
 /* Upper bounds of the batching knobs */
 #define VB_HINT_MAX_BPC		64
 #define VB_HINT_MAX_CPK		256
@@ -200,51 +199,76 @@ struct vb_hint_chain {
 	__virtio32 cmd;
 };
 
-/* A range of free pages waiting to be sent (scan mode) */
-struct vb_scan_range {
+/* @nr pages from @pfn */
+struct vb_mm_range {
 	unsigned long pfn;
 	unsigned long nr;
 };
 
+struct vb_mm_staged;
+
 /*
- * Scan mode state (worker only).  Free blocks found wait in r[] as ranges
- * (adjacent blocks merged) until a chain is queued; pend_by_order counts
- * them per order.  The free list being walked is free list @mt of the
- * order and zone the walk is at; @pfn is the last block taken from it
- * (VB_COMPAT_LIST_HEAD: none yet), @budget the blocks it may still take
- * from it and @restarts the times it lost its place there.  A round
- * resumes at the order (@resume_depth below the largest), node and zone
- * where the last one stopped.
+ * A walk of every free list, as mm could offer it (vb_mm_walk()).  The
+ * caller sets the first five; the walk fills the counters, which cover
+ * one call.  @range is called with no lock held for each range of free
+ * pages a hold found, blocks of @order; non-zero ends the walk and is
+ * returned.  @stop,
+ * when set, is asked before every hold; true ends the walk with -EINTR.
+ * @start is the (order, node, zone) group a walk starts at; a walk that
+ * ended there sets it to the group it ended in, one that got through
+ * every group (to the per-CPU lists) sets it to 0.
+ */
+struct vb_mm_walk {
+	unsigned int min_order;
+	unsigned long pcp_max_pages;
+	unsigned int start;
+	int (*range)(struct vb_mm_walk *w, const struct vb_mm_range *r,
+		     unsigned int order);
+	bool (*stop)(struct vb_mm_walk *w);
+	/* pages taken from the buddy and the per-CPU free lists */
+	u64 pfns;
+	u64 pcp_pfns;
+	/* holds of zone->lock: count, time, longest, by duration */
+	u64 holds;
+	u64 hold_ns;
+	u64 max_hold_ns;
+	/* [i] counts holds of [2^i, 2^(i+1)) us, [0] < 2 us */
+	u32 hold_hist[VB_MM_HOLD_HIST];
+	/* holds of a per-CPU list lock: count, longest */
+	u64 pcp_holds;
+	u64 pcp_max_hold_ns;
+#ifdef VB_FAULT_INJECT
+	/*
+	 * Test build: pages the walk passed by on MIGRATE_ISOLATE's lists
+	 * (the first 64 blocks of each), and pages it took from isolated
+	 * pageblocks
+	 */
+	u64 isolated_free;
+	u64 isolated_taken;
+#endif
+	/* the walk's own: the ranges of one hold (VB_MM_STAGE_RANGES) */
+	struct vb_mm_staged *stage;
+	unsigned int nr_staged;
+};
+
+struct vb_scan_walk;
+
+/*
+ * Scan mode state (worker only).  The walk of mm's free lists (@walk)
+ * hands out ranges of free pages; they wait in r[] (a range touching the
+ * last one extends it) until a chain is queued; pend_by_order counts
+ * their blocks per order.  @chains counts the chains queued since the
+ * last kick; @tally, in the test build's walk, takes the ranges instead
+ * of a chain.
  */
 struct vb_scan_state {
-	struct vb_scan_range r[VB_HINT_MAX_BPC];
+	struct vb_mm_walk walk;
+	struct vb_mm_range r[VB_HINT_MAX_BPC];
 	unsigned int n;
 	unsigned int max;
 	u64 pend_by_order[VB_HINT_NR_ORDERS];
-	unsigned int mt;
-	unsigned long pfn;
-	unsigned long budget;
-	unsigned int restarts;
-	unsigned int resume_depth;
-	int resume_nid;
-	int resume_zid;
-	/* pages of the free blocks the walk took, and its lock holds */
-	u64 pfns;
-	u64 max_hold_ns;
-	u64 holds;
-	u64 hold_ns;
-	/* holds by duration: [i] counts holds of [2^i, 2^(i+1)) us, [0] < 2 us */
-	u32 hold_hist[VB_SCAN_HOLD_HIST];
-	/*
-	 * Per-CPU free lists: the ranges one hold staged (@pcp_r, of
-	 * VB_SCAN_PCP_RANGES; NULL without free page hinting; their blocks
-	 * are counted in pend_by_order), and the pages taken from such lists
-	 * and longest hold of their locks in this walk
-	 */
-	struct vb_scan_range *pcp_r;
-	unsigned int pcp_n;
-	u64 pcp_pfns;
-	u64 pcp_max_hold_ns;
+	unsigned int chains;
+	struct vb_scan_walk *tally;
 };
 
 struct vb_hint {
@@ -301,6 +325,17 @@ struct vb_fault_state {
 	atomic64_t injected[VB_FAULT_NR];
 	struct vb_fault_point fail_restore;
 	struct vb_fault_point fail_stop;
+	/*
+	 * hinted_pfns: what scan rounds queued since it was written
+	 * (vq_lock); both bitmaps cover pfns 0 .. @rec_pfns - 1
+	 */
+	unsigned long *hinted;
+	unsigned long rec_pfns;
+	unsigned long hinted_beyond;
+	/* stayed_free: pages free in every sample since the record began */
+	struct mutex stay_lock;
+	unsigned long *stay;
+	unsigned int stay_samples;
 };
 
 struct vb_device {
@@ -422,6 +457,33 @@ bool vb_hint_drain(struct vb_device *vb, unsigned int ms, bool stop_on_cmd,
 		   u32 id);
 #define VB_HINT_CMD_WAIT_MS	1000
 
+/*
+ * vb_mm.c: the one place that reads mm's free lists.  A hold of a lock
+ * that keeps them still runs inside the offline fence (vb_mm_hold_begin()).
+ */
+struct vb_mm_hold {
+	bool fenced;
+	unsigned long gen;
+};
+
+int vb_mm_init(void);
+void vb_mm_exit(void);
+void vb_mm_check(void);
+const char *vb_mm_scan_refusal(void);
+bool vb_mm_hold_begin(struct vb_mm_hold *h);
+void vb_mm_hold_end(struct vb_mm_hold *h);
+unsigned long vb_mm_zone_unusable_free(struct zone *zone);
+#if defined(VB_FAULT_INJECT) && defined(CONFIG_SPARSEMEM)
+unsigned int vb_mm_pageblock_migratetype(unsigned long pfn);
+#endif
+
+int vb_mm_walk_init(struct vb_mm_walk *w);
+void vb_mm_walk_destroy(struct vb_mm_walk *w);
+int vb_mm_walk(struct vb_mm_walk *w);
+bool vb_mm_range_extend(struct vb_mm_range *r, unsigned long pfn,
+			unsigned long nr);
+int vb_mm_range_cmp(const void *a, const void *b);
+
 /* vb_scan.c, vb_alloc.c: one round of each search */
 int vb_scan_round(struct vb_device *vb);
 int vb_scan_init(struct vb_device *vb);
@@ -429,7 +491,6 @@ void vb_scan_exit(struct vb_device *vb);
 int vb_alloc_round(struct vb_device *vb);
 
 /* vb_fault.c: fault injection, built only with VB_FAULT_INJECT=y */
-struct vb_scan_walk;
 #ifdef VB_FAULT_INJECT
 /* what a walk of all free lists by the scan search cost (debugfs scan_walk) */
 struct vb_scan_walk {
@@ -440,25 +501,61 @@ struct vb_scan_walk {
 	u64 free_pages;
 	u64 holds;
 	u64 hold_ns;
-	u32 hold_hist[VB_SCAN_HOLD_HIST];
+	u32 hold_hist[VB_MM_HOLD_HIST];
 	u64 pcp_pfns;
 	u64 pcp_max_hold_ns;
+	u64 pcp_holds;
+	u64 isolated_free;
+	u64 isolated_taken;
 };
 
 void vb_scan_walk(struct vb_device *vb, struct vb_scan_walk *w);
 void vb_fault_init(struct vb_device *vb);
+void vb_fault_exit(struct vb_device *vb);
 void vb_fault_inject_round(struct vb_device *vb);
+void vb_fault_note_hinted(struct vb_device *vb, unsigned long pfn,
+			  unsigned long nr);
 bool vb_fault_fail_restore(struct vb_device *vb);
 bool vb_fault_fail_stop(struct vb_device *vb);
+unsigned long vb_fault_self_check_skew(unsigned int order);
+bool vb_fault_no_offline_fence(void);
+bool vb_fault_walk_isolated(void);
+bool vb_fault_walk_delay(struct zone *zone, struct per_cpu_pages *pcp,
+			 unsigned int cpu);
 #else
 static inline void vb_fault_init(struct vb_device *vb) { }
+static inline void vb_fault_exit(struct vb_device *vb) { }
 static inline void vb_fault_inject_round(struct vb_device *vb) { }
+static inline void vb_fault_note_hinted(struct vb_device *vb,
+					unsigned long pfn, unsigned long nr) { }
 static inline bool vb_fault_fail_restore(struct vb_device *vb)
 {
 	return false;
 }
 
 static inline bool vb_fault_fail_stop(struct vb_device *vb)
+{
+	return false;
+}
+
+static inline unsigned long vb_fault_self_check_skew(unsigned int order)
+{
+	return 0;
+}
+
+static inline bool vb_fault_no_offline_fence(void)
+{
+	return false;
+}
+
+static inline bool vb_fault_walk_isolated(void)
+{
+	return false;
+}
+
+static inline bool vb_fault_walk_delay(struct zone *zone,
+				       struct per_cpu_pages *pcp,
+				       unsigned int cpu)
 {
 	return false;
 }

@@ -32,8 +32,13 @@
  * while the zone's free pages minus the block stay above its floor, and
  * kept only if the zone it came from is still at or above its floor; one
  * that left a zone below gives the zone up for the rest of the round and
- * goes back at once (it was never sent).  Free CMA pages do not count:
- * this request cannot use them.
+ * goes back at once (it was never sent).  Free pages are counted as mm's
+ * watermark checks count them for this request, exactly: every CPU's
+ * pending counter delta added (zone_page_state_snapshot(); the plain
+ * counter may be short by up to 125 pages per CPU, more than the floor
+ * above the high watermark at a hundred CPUs), free CMA pages, the
+ * highatomic reserve and unaccepted memory left out
+ * (vb_mm_zone_unusable_free()).
  *
  * In flight.  A block the device has not used yet cannot be given back
  * under memory pressure (the shrinker frees only acked blocks), so a round
@@ -88,13 +93,25 @@ static gfp_t vb_alloc_zone_gfp(int zid)
 	}
 }
 
-/* Free pages of @zone an unmovable request can use (CMA excluded) */
+/*
+ * Free pages of @zone an unmovable request can use: the free pages, read
+ * with every CPU's pending counter delta (zone_page_state() alone may be
+ * off by the stat threshold, up to 125 pages, per CPU), less what mm's
+ * watermark checks do not count as usable (CMA, the highatomic reserve,
+ * unaccepted memory).  0 while memory goes offline (the zone's per-CPU
+ * counters may be freed): the round leaves the zone alone.
+ */
 static unsigned long vb_alloc_zone_free(struct zone *zone)
 {
-	unsigned long free = zone_page_state(zone, NR_FREE_PAGES);
-	unsigned long cma = zone_page_state(zone, NR_FREE_CMA_PAGES);
+	unsigned long free, unusable;
+	struct vb_mm_hold mh;
 
-	return free > cma ? free - cma : 0;
+	if (!vb_mm_hold_begin(&mh))
+		return 0;
+	free = zone_page_state_snapshot(zone, NR_FREE_PAGES);
+	unusable = vb_mm_zone_unusable_free(zone);
+	vb_mm_hold_end(&mh);
+	return free > unusable ? free - unusable : 0;
 }
 
 /* Free pages @zone keeps: high watermark, lowmem reserve, @reserve */

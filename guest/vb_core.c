@@ -32,8 +32,10 @@
  *    HINT_KEEP_WRITES was negotiated, the ring does not go through the DMA
  *    API (a bounce buffer copied back over a reused page would corrupt it)
  *    and free pages have no content the guest relies on (page poisoning,
- *    init_on_free); otherwise alloc.  Asking for scan where it is not safe
- *    fails with -EINVAL.
+ *    init_on_free), and the kernel is one scan was validated on whose free
+ *    lists pass the module's self-check (vb_mm.c); otherwise alloc.
+ *    Asking for scan where it is not safe fails with -EINVAL, and
+ *    free_page_hint/scan_refusal says why.
  *  - PAGE_POISON / REPORTING: free page reporting through mm/page_reporting
  *    with the in-tree page-poison rules (vb_report.c).
  *
@@ -136,7 +138,7 @@ MODULE_PARM_DESC(hint_alloc_max_inflight_kb,
 static uint hint_pcp_max_pages = VB_SCAN_PCP_PAGES;
 module_param(hint_pcp_max_pages, uint, 0444);
 MODULE_PARM_DESC(hint_pcp_max_pages,
-		 "Scan mode: most pages a round takes from the per-CPU free lists of one CPU in one zone, in one hold of their lock, 0..1048576, 0 = none (default: 131072)");
+		 "Scan mode: most pages a round takes from the per-CPU free lists of one CPU in one zone, 0..1048576, 0 = none (default: 131072)");
 
 static struct vb_hint_settings vb_core_defaults;
 
@@ -282,7 +284,8 @@ const char *vb_core_scan_refusal(struct vb_device *vb)
 		return "the device does not offer HINT_KEEP_WRITES (bit 16)";
 	if (vb_core_ring_uses_dma_api(vb->vdev))
 		return "the free page vq goes through the DMA API (bounce buffers)";
-	return NULL;
+	/* this kernel's lists: listed and self-checked (vb_mm.c) */
+	return vb_mm_scan_refusal();
 }
 
 /* The mode a round of @vb uses for the requested mode (AUTO resolved) */
@@ -505,6 +508,7 @@ static int vb_core_probe(struct virtio_device *vdev)
 	err = vb_core_init_vqs(vb);
 	if (err)
 		goto out_hint;
+	vb_mm_check();
 	vb_core_init_settings(vb);
 
 	err = vb_oom_register(vb);
@@ -539,7 +543,7 @@ static int vb_core_probe(struct virtio_device *vdev)
 
 out_debugfs:
 	vb_debugfs_exit(vb);
-	vb_report_unregister(vb);
+	vb_fault_exit(vb);
 	vb_report_unregister(vb);
 out_oom:
 	vb_oom_unregister(vb);
@@ -559,6 +563,7 @@ static void vb_core_remove(struct virtio_device *vdev)
 
 	vb_core_pm_unregister(vb);
 	vb_debugfs_exit(vb);
+	vb_fault_exit(vb);
 	vb_report_unregister(vb);
 	vb_oom_unregister(vb);
 	vb_core_stop_updates(vb, true);
@@ -687,10 +692,15 @@ static int __init vb_core_module_init(void)
 	if (err)
 		return err;
 
+	err = vb_mm_init();
+	if (err)
+		return err;
 	vb_debugfs_module_init();
 	err = register_virtio_driver(&vb_core_driver);
-	if (err)
+	if (err) {
 		vb_debugfs_module_exit();
+		vb_mm_exit();
+	}
 	return err;
 }
 module_init(vb_core_module_init);
@@ -699,6 +709,7 @@ static void __exit vb_core_module_exit(void)
 {
 	unregister_virtio_driver(&vb_core_driver);
 	vb_debugfs_module_exit();
+	vb_mm_exit();
 }
 module_exit(vb_core_module_exit);
 

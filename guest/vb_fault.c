@@ -19,9 +19,46 @@
  * from per-CPU lists and the longest hold of their locks, and the free
  * memory found: the cost of the search alone, on any device.
  *
+ * Coverage.  hinted_pfns, once written (anything), records the pages every
+ * scan chain queued from then on; read, it lists them as "<pfn> <pages>"
+ * ranges, one a line, lowest first, and a last line "beyond=<pages>" with
+ * the pages it could not record (above the end of the nodes at the first
+ * write).  Writing it again forgets them, and starts stayed_free again.
+ * Both wait for the round in progress (vq_lock), so a read taken after a
+ * round ended holds all of that round.  stayed_free samples the memory
+ * map, not the free lists: a page is free when it is online, no tail of a
+ * compound page, not reserved and nobody holds a reference (a page of a
+ * buddy block or of a per-CPU list; also the tail of a high-order
+ * allocation that is not compound, which no round hints).  Each write
+ * takes a sample, without waiting for a round; a page stayed free if
+ * every sample since hinted_pfns was written found it free.  Read (after
+ * the round), it says how many samples, the pages that stayed free, those
+ * hinted, and those both: the round's coverage of the memory that stayed
+ * free through it.
+ *
  * held_blocks, when read, describes the blocks alloc mode holds right now:
  * how many, how many of their pages are in ZONE_MOVABLE, and the
  * migratetype of every pageblock they cover (pb_<type>=N).
+ *
+ * Module parameters for the mm fences (vb_mm.c), writable at run time in
+ * /sys/module/virtio_balloon/parameters/:
+ *
+ *   fault_self_check=1        the self-check counts one order-3 free block
+ *                             more than the lists hold: it disagrees with
+ *                             mm, and scan is refused (set at load: the
+ *                             check runs at probe and on memory hotplug)
+ *   fault_walk_delay_ms=N     every hold of a per-CPU list lock of
+ *                             ZONE_MOVABLE sleeps N ms after it found the
+ *                             zone's pagesets and before it locks them,
+ *                             inside the offline fence (the memory a test
+ *                             offlines is movable)
+ *   fault_no_offline_fence=1  the walks leave the offline fence alone:
+ *                             what the fence prevents can happen.  After
+ *                             its delay a hold checks that the zone still
+ *                             has the pagesets it found, and when an
+ *                             offline freed them warns (a WARNING splat)
+ *                             and skips them: freed per-CPU memory is not
+ *                             something KASAN sees
  *
  * Failure points, each a directory: fail_restore makes a restore (after
  * freeze, suspend or hibernation) fail after the queues were found, the
@@ -47,13 +84,96 @@
 #include <linux/log2.h>
 #include <linux/nodemask.h>
 #include <linux/random.h>
+#include <linux/delay.h>
+#include <linux/bitmap.h>
 
 #include "vb.h"
+
+/*
+ * A debugfs file read through seq_file from __name##_show() and written
+ * through __name##_write(): DEFINE_SHOW_ATTRIBUTE() with a write, which
+ * the oldest kernel supported (6.1) has no helper for.
+ */
+#define VB_FAULT_RW_ATTRIBUTE(__name)					\
+static int __name ## _open(struct inode *inode, struct file *file)	\
+{									\
+	return single_open(file, __name ## _show, inode->i_private);	\
+}									\
+									\
+static const struct file_operations __name ## _fops = {		\
+	.owner		= THIS_MODULE,					\
+	.open		= __name ## _open,				\
+	.read		= seq_read,					\
+	.write		= __name ## _write,				\
+	.llseek		= seq_lseek,					\
+	.release	= single_release,				\
+}
+
+/* The device whose VB_FAULT_RW_ATTRIBUTE() file @file is */
+static struct vb_device *vb_fault_file_device(struct file *file)
+{
+	struct seq_file *m = file->private_data;
+
+	return m->private;
+}
 
 static bool vb_param_fault_inject;
 module_param_named(fault_inject, vb_param_fault_inject, bool, 0444);
 MODULE_PARM_DESC(fault_inject,
 		 "Create debugfs fault injection files for host tests (default: 0)");
+
+static bool vb_param_self_check;
+module_param_named(fault_self_check, vb_param_self_check, bool, 0644);
+MODULE_PARM_DESC(fault_self_check,
+		 "Test: the free list self-check miscounts order 3 (default: 0)");
+
+static unsigned int vb_param_walk_delay_ms;
+module_param_named(fault_walk_delay_ms, vb_param_walk_delay_ms, uint, 0644);
+MODULE_PARM_DESC(fault_walk_delay_ms,
+		 "Test: sleep in every ZONE_MOVABLE per-CPU list hold before locking, ms (default: 0)");
+
+static bool vb_param_no_fence;
+module_param_named(fault_no_offline_fence, vb_param_no_fence, bool, 0644);
+MODULE_PARM_DESC(fault_no_offline_fence,
+		 "Test: walks ignore memory offline (default: 0)");
+
+static bool vb_param_walk_isolated;
+module_param_named(fault_walk_isolated, vb_param_walk_isolated, bool, 0644);
+MODULE_PARM_DESC(fault_walk_isolated,
+		 "Test: walks take the free blocks of isolated pageblocks too (default: 0)");
+
+unsigned long vb_fault_self_check_skew(unsigned int order)
+{
+	return READ_ONCE(vb_param_self_check) && order == 3;
+}
+
+bool vb_fault_no_offline_fence(void)
+{
+	return READ_ONCE(vb_param_no_fence);
+}
+
+bool vb_fault_walk_isolated(void)
+{
+	return READ_ONCE(vb_param_walk_isolated);
+}
+
+/*
+ * The delay of a per-CPU walk's hold (fault_walk_delay_ms), at @cpu's
+ * pageset @pcp of @zone.  True: the zone's pagesets changed meanwhile (an
+ * offline freed them): it warns, and the hold must not lock @pcp.
+ */
+bool vb_fault_walk_delay(struct zone *zone, struct per_cpu_pages *pcp,
+			 unsigned int cpu)
+{
+	unsigned int ms = READ_ONCE(vb_param_walk_delay_ms);
+
+	if (!ms || zone_idx(zone) != ZONE_MOVABLE)
+		return false;
+	msleep(ms);
+	return WARN(per_cpu_ptr(READ_ONCE(zone->per_cpu_pageset), cpu) != pcp,
+		    "virtio_balloon: per-CPU walk of zone %s is about to lock pagesets the zone freed\n",
+		    zone->name);
+}
 
 static const char * const vb_fault_names[VB_FAULT_NR] = {
 	[VB_FAULT_ZERO_LEN] = "zero_len",
@@ -193,7 +313,8 @@ static int vb_fault_one(struct vb_device *vb, enum vb_fault kind)
 		vb_hint_chain_add_block(c, page);
 		sg_init_table(big, n);
 		for (i = 0; i < n; i++)
-			sg_set_page(&big[i], nth_page(page, i), PAGE_SIZE, 0);
+			sg_set_page(&big[i], pfn_to_page(page_to_pfn(page) + i),
+				    PAGE_SIZE, 0);
 		sgs[0] = big;
 		/* wait for an empty ring rather than fail */
 		vb_hint_drain(vb, VB_HINT_CMD_WAIT_MS, false, 0);
@@ -256,16 +377,10 @@ static int vb_fault_show(struct seq_file *m, void *unused)
 	return 0;
 }
 
-static int vb_fault_open(struct inode *inode, struct file *file)
-{
-	return single_open(file, vb_fault_show, inode->i_private);
-}
-
 static ssize_t vb_fault_write(struct file *file, const char __user *ubuf,
 			      size_t len, loff_t *ppos)
 {
-	struct seq_file *m = file->private_data;
-	struct vb_device *vb = m->private;
+	struct vb_device *vb = vb_fault_file_device(file);
 	char buf[32];
 	int kind;
 
@@ -284,14 +399,7 @@ static ssize_t vb_fault_write(struct file *file, const char __user *ubuf,
 	return len;
 }
 
-static const struct file_operations vb_fault_fops = {
-	.owner = THIS_MODULE,
-	.open = vb_fault_open,
-	.read = seq_read,
-	.write = vb_fault_write,
-	.llseek = seq_lseek,
-	.release = single_release,
-};
+VB_FAULT_RW_ATTRIBUTE(vb_fault);
 
 static void vb_fault_point_init(struct vb_fault_point *p, const char *name,
 				struct dentry *dir)
@@ -345,10 +453,11 @@ static int vb_fault_walk_show(struct seq_file *m, void *unused)
 	mutex_lock(&vb->hint.vq_lock);
 	vb_scan_walk(vb, &w);
 	mutex_unlock(&vb->hint.vq_lock);
-	seq_printf(m, "pfns=%llu ns=%llu max_hold_ns=%llu holds=%llu hold_ns=%llu ranges=%llu free_pages=%llu pcp_pfns=%llu max_pcp_hold_ns=%llu hold_us_log2=",
+	seq_printf(m, "pfns=%llu ns=%llu max_hold_ns=%llu holds=%llu hold_ns=%llu ranges=%llu free_pages=%llu pcp_pfns=%llu max_pcp_hold_ns=%llu pcp_holds=%llu isolated_free=%llu isolated_taken=%llu hold_us_log2=",
 		   w.pfns, w.ns, w.max_hold_ns, w.holds, w.hold_ns, w.ranges,
-		   w.free_pages, w.pcp_pfns, w.pcp_max_hold_ns);
-	for (i = 0; i < VB_SCAN_HOLD_HIST; i++)
+		   w.free_pages, w.pcp_pfns, w.pcp_max_hold_ns, w.pcp_holds,
+		   w.isolated_free, w.isolated_taken);
+	for (i = 0; i < VB_MM_HOLD_HIST; i++)
 		seq_printf(m, "%s%u", i ? "," : "", w.hold_hist[i]);
 	seq_putc(m, '\n');
 	return 0;
@@ -391,7 +500,7 @@ static void vb_fault_held_block(struct vb_fault_held *f, struct page *page)
 		f->movable_zone_pages += nr;
 	for (pfn = ALIGN_DOWN(pfn, pageblock_nr_pages); pfn < end;
 	     pfn += pageblock_nr_pages) {
-		mt = vb_compat_pageblock_migratetype(pfn);
+		mt = vb_mm_pageblock_migratetype(pfn);
 		f->pageblocks[min_t(unsigned int, mt, MIGRATE_TYPES)]++;
 	}
 }
@@ -425,6 +534,133 @@ static int vb_fault_held_show(struct seq_file *m, void *unused)
 DEFINE_SHOW_ATTRIBUTE(vb_fault_held);
 #endif
 
+/* Called by scan for every range of a chain it queued, vq_lock held */
+void vb_fault_note_hinted(struct vb_device *vb, unsigned long pfn,
+			  unsigned long nr)
+{
+	struct vb_fault_state *f = &vb->fault;
+	unsigned long in;
+
+	lockdep_assert_held(&vb->hint.vq_lock);
+	if (!f->hinted)
+		return;
+	in = pfn < f->rec_pfns ? min(nr, f->rec_pfns - pfn) : 0;
+	if (in)
+		bitmap_set(f->hinted, pfn, in);
+	f->hinted_beyond += nr - in;
+}
+
+static int vb_fault_hinted_show(struct seq_file *m, void *unused)
+{
+	struct vb_device *vb = m->private;
+	struct vb_fault_state *f = &vb->fault;
+	unsigned long start, end = 0;
+
+	mutex_lock(&vb->hint.vq_lock);
+	while (f->hinted) {
+		start = find_next_bit(f->hinted, f->rec_pfns, end);
+		if (start >= f->rec_pfns)
+			break;
+		end = find_next_zero_bit(f->hinted, f->rec_pfns, start);
+		seq_printf(m, "%lu %lu\n", start, end - start);
+	}
+	seq_printf(m, "beyond=%lu\n", f->hinted_beyond);
+	mutex_unlock(&vb->hint.vq_lock);
+	return 0;
+}
+
+static ssize_t vb_fault_hinted_write(struct file *file,
+				     const char __user *ubuf, size_t len,
+				     loff_t *ppos)
+{
+	struct vb_device *vb = vb_fault_file_device(file);
+	struct vb_fault_state *f = &vb->fault;
+	int err = 0;
+
+	mutex_lock(&vb->hint.vq_lock);
+	mutex_lock(&f->stay_lock);
+	if (!f->hinted) {
+		f->rec_pfns = vb_fault_end_pfn();
+		f->hinted = bitmap_zalloc(f->rec_pfns, GFP_KERNEL);
+		f->stay = bitmap_zalloc(f->rec_pfns, GFP_KERNEL);
+		if (!f->hinted || !f->stay) {
+			bitmap_free(f->hinted);
+			bitmap_free(f->stay);
+			f->hinted = NULL;
+			f->stay = NULL;
+			err = -ENOMEM;
+		}
+	} else {
+		bitmap_zero(f->hinted, f->rec_pfns);
+	}
+	f->hinted_beyond = 0;
+	f->stay_samples = 0;
+	mutex_unlock(&f->stay_lock);
+	mutex_unlock(&vb->hint.vq_lock);
+	return err ?: len;
+}
+
+VB_FAULT_RW_ATTRIBUTE(vb_fault_hinted);
+
+/* Whether the memory map says @pfn is a free page (see Coverage above) */
+static bool vb_fault_page_free(unsigned long pfn)
+{
+	struct page *page = pfn_to_online_page(pfn);
+
+	return page && !PageTail(page) && !page_ref_count(page) &&
+	       !PageReserved(page);
+}
+
+static int vb_fault_stay_show(struct seq_file *m, void *unused)
+{
+	struct vb_device *vb = m->private;
+	struct vb_fault_state *f = &vb->fault;
+	unsigned long free = 0, both = 0, hinted = 0, pfn;
+
+	mutex_lock(&vb->hint.vq_lock);
+	mutex_lock(&f->stay_lock);
+	if (f->stay && f->stay_samples) {
+		free = bitmap_weight(f->stay, f->rec_pfns);
+		hinted = bitmap_weight(f->hinted, f->rec_pfns);
+		for_each_set_bit(pfn, f->stay, f->rec_pfns)
+			both += test_bit(pfn, f->hinted);
+	}
+	seq_printf(m, "samples=%u free=%lu hinted=%lu covered=%lu\n",
+		   f->stay_samples, free, hinted, both);
+	mutex_unlock(&f->stay_lock);
+	mutex_unlock(&vb->hint.vq_lock);
+	return 0;
+}
+
+static ssize_t vb_fault_stay_write(struct file *file,
+				   const char __user *ubuf, size_t len,
+				   loff_t *ppos)
+{
+	struct vb_fault_state *f = &vb_fault_file_device(file)->fault;
+	unsigned long pfn;
+
+	mutex_lock(&f->stay_lock);
+	if (!f->stay) {
+		mutex_unlock(&f->stay_lock);
+		return -ENODATA;	/* hinted_pfns was never written */
+	}
+	for (pfn = 0; pfn < f->rec_pfns; pfn++) {
+		bool free = vb_fault_page_free(pfn);
+
+		if (!f->stay_samples)
+			__assign_bit(pfn, f->stay, free);
+		else if (!free)
+			__clear_bit(pfn, f->stay);
+		if (!(pfn % SZ_4K))
+			cond_resched();
+	}
+	f->stay_samples++;
+	mutex_unlock(&f->stay_lock);
+	return len;
+}
+
+VB_FAULT_RW_ATTRIBUTE(vb_fault_stay);
+
 void vb_fault_init(struct vb_device *vb)
 {
 	struct dentry *dir = vb->debugfs_dir;
@@ -438,9 +674,23 @@ void vb_fault_init(struct vb_device *vb)
 				    &vb_fault_fops);
 		debugfs_create_file("scan_walk", 0400, dir, vb,
 				    &vb_fault_walk_fops);
+		mutex_init(&vb->fault.stay_lock);
+		debugfs_create_file("hinted_pfns", 0600, dir, vb,
+				    &vb_fault_hinted_fops);
+		debugfs_create_file("stayed_free", 0600, dir, vb,
+				    &vb_fault_stay_fops);
 #ifdef CONFIG_SPARSEMEM
 		debugfs_create_file("held_blocks", 0400, dir, vb,
 				    &vb_fault_held_fops);
 #endif
 	}
+}
+
+/* After the debugfs files are gone: nothing reads the record any more */
+void vb_fault_exit(struct vb_device *vb)
+{
+	bitmap_free(vb->fault.hinted);
+	bitmap_free(vb->fault.stay);
+	vb->fault.hinted = NULL;
+	vb->fault.stay = NULL;
 }

@@ -41,7 +41,10 @@
  * VB_HINT_ROUND_WAIT_MS without progress.
  *
  * Sleep: a PM notifier (vb_core.c) pauses hinting before the freezer runs,
- * which ends a running round promptly; the worker is on a freezable
+ * which ends a running round promptly: while paused nothing waits for the
+ * device (the drains after STOP and DONE, waits for ring room give up at
+ * once, a STOP that cannot be queued is owed), since the notifier waits
+ * for the worker and a wait would not sleep; the worker is on a freezable
  * workqueue, so no round starts until the system has resumed.
  *
  * Locking: hint.vq_lock (mutex) serializes the free page vq between the
@@ -221,11 +224,16 @@ static void vb_hint_wait(struct vb_device *vb)
 	virtqueue_disable_cb(h->vq);
 }
 
+/* System sleep is being prepared: nothing may wait for the device */
+static bool vb_hint_paused(struct vb_device *vb)
+{
+	return test_bit(VB_HINT_F_PM_PAUSE, &vb->hint.flags);
+}
+
 /* Should the running round end now? */
 bool vb_hint_round_must_stop(struct vb_device *vb)
 {
-	if (vb_hint_vq_dead(vb) ||
-	    test_bit(VB_HINT_F_PM_PAUSE, &vb->hint.flags))
+	if (vb_hint_vq_dead(vb) || vb_hint_paused(vb))
 		return true;
 	return vb_hint_cmd_id_received(vb) != vb->hint.cmd_id_active;
 }
@@ -264,6 +272,9 @@ bool vb_hint_wait_room(struct vb_device *vb, unsigned int need,
 			return false;
 		if (vb_hint_has_room(h, need, max_inflight))
 			return true;
+		/* no waiting while sleep is prepared (see vb_hint_drain()) */
+		if (vb_hint_paused(vb))
+			return false;
 		if (vb_hint_reap(vb))
 			deadline = jiffies + msecs_to_jiffies(in_round ?
 				   VB_HINT_ROUND_WAIT_MS : VB_HINT_CMD_WAIT_MS);
@@ -418,8 +429,10 @@ void vb_hint_chain_queued(struct vb_hint *h, unsigned int *chains)
 /*
  * Wait (bounded) for in-flight chains to come back so their blocks become
  * acked.  With @stop_on_cmd, give up as soon as the command id in config
- * is no longer @id.  Caller holds vq_lock.  Returns true when nothing is in
- * flight.
+ * is no longer @id.  Gives up at once while system sleep is prepared
+ * (vb_hint_wait() would not sleep: the PM notifier is waiting for this
+ * work); freeze resets the device, which gives every block back.  Caller
+ * holds vq_lock.  Returns true when nothing is in flight.
  */
 bool vb_hint_drain(struct vb_device *vb, unsigned int ms, bool stop_on_cmd,
 		   u32 id)
@@ -431,7 +444,8 @@ bool vb_hint_drain(struct vb_device *vb, unsigned int ms, bool stop_on_cmd,
 		vb_hint_reap(vb);
 		if (list_empty(&h->inflight))
 			return true;
-		if (vb_hint_vq_dead(vb) || time_after(jiffies, deadline))
+		if (vb_hint_vq_dead(vb) || vb_hint_paused(vb) ||
+		    time_after(jiffies, deadline))
 			return false;
 		if (stop_on_cmd && vb_hint_cmd_id_received(vb) != id)
 			return false;
@@ -544,8 +558,9 @@ static void vb_hint_done(struct vb_device *vb)
 	mutex_lock(&h->vq_lock);
 	drained = vb_hint_drain(vb, VB_HINT_DONE_DRAIN_MS, true,
 				VIRTIO_BALLOON_CMD_ID_DONE);
-	if (!drained && vb_hint_cmd_id_received(vb) ==
-			VIRTIO_BALLOON_CMD_ID_DONE) {
+	/* paused: resume looks at DONE again (vb_hint_pm_pause()) */
+	if (!drained && !vb_hint_paused(vb) &&
+	    vb_hint_cmd_id_received(vb) == VIRTIO_BALLOON_CMD_ID_DONE) {
 		dev_warn_ratelimited(&vb->vdev->dev,
 				     "hint: %lu pages still in flight after DONE\n",
 				     READ_ONCE(h->inflight_pages));
@@ -678,7 +693,8 @@ int vb_hint_init(struct vb_device *vb)
 	err = vb_scan_init(vb);
 	if (err)
 		return err;
-	h->wq = alloc_workqueue("vb-hint-%s", WQ_FREEZABLE | WQ_CPU_INTENSIVE,
+	h->wq = alloc_workqueue("vb-hint-%s",
+				WQ_FREEZABLE | WQ_CPU_INTENSIVE | VB_WQ_PERCPU,
 				0, dev_name(&vb->vdev->dev));
 	if (!h->wq) {
 		vb_scan_exit(vb);

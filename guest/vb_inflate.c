@@ -13,7 +13,6 @@
 #include <linux/vmstat.h>
 #include <linux/delay.h>
 #include <linux/oom.h>
-#include <linux/balloon_compaction.h>
 
 #include "vb.h"
 
@@ -66,9 +65,23 @@ static void vb_inflate_set_pfns(struct vb_device *vb, __virtio32 pfns[],
 		pfns[i] = cpu_to_virtio32(vb->vdev, first + i);
 }
 
+/*
+ * Without DEFLATE_ON_OOM inflated pages leave the zone's managed pages.
+ * Where the common code counts them (compat.h), this only tells it to.
+ */
 static bool vb_inflate_adjusts_managed(struct vb_device *vb)
 {
 	return !vb_has(vb, VIRTIO_BALLOON_F_DEFLATE_ON_OOM);
+}
+
+/* The driver itself adjusts the managed page count */
+static bool vb_inflate_driver_counts(struct vb_device *vb)
+{
+#ifdef VB_HAVE_BALLOON_CORE_ACCOUNTS
+	return false;
+#else
+	return vb_inflate_adjusts_managed(vb);
+#endif
 }
 
 static unsigned int vb_inflate_fill(struct vb_device *vb, size_t num)
@@ -89,16 +102,18 @@ static unsigned int vb_inflate_fill(struct vb_device *vb, size_t num)
 			msleep(200);
 			break;
 		}
-		balloon_page_push(&pages, page);
+		list_add(&page->lru, &pages);
 	}
 
 	mutex_lock(&vb->balloon_lock);
 	vb->num_pfns = 0;
-	while ((page = balloon_page_pop(&pages))) {
+	while ((page = list_first_entry_or_null(&pages, struct page, lru))) {
+		/* the balloon owns page->lru from enqueue on */
+		list_del(&page->lru);
 		balloon_page_enqueue(&vb->bdev_info, page);
 		vb_inflate_set_pfns(vb, vb->pfns + vb->num_pfns, page);
 		vb->num_pages += VB_PAGES_PER_PAGE;
-		if (vb_inflate_adjusts_managed(vb))
+		if (vb_inflate_driver_counts(vb))
 			adjust_managed_page_count(page, -1);
 		vb->num_pfns += VB_PAGES_PER_PAGE;
 	}
@@ -116,7 +131,7 @@ static void vb_inflate_release_pages(struct vb_device *vb,
 	struct page *page, *next;
 
 	list_for_each_entry_safe(page, next, pages, lru) {
-		if (vb_inflate_adjusts_managed(vb))
+		if (vb_inflate_driver_counts(vb))
 			adjust_managed_page_count(page, 1);
 		list_del(&page->lru);
 		/* drop the balloon reference */
@@ -204,7 +219,7 @@ void vb_inflate_release_all(struct vb_device *vb)
 		vb_inflate_leak(vb, vb->num_pages);
 }
 
-#ifdef CONFIG_BALLOON_COMPACTION
+#ifdef VB_BALLOON_MIGRATION
 /*
  * Called by compaction, under the page lock, with @page isolated: replace
  * @page by @newpage in the balloon.  The host learns about the new page
@@ -216,7 +231,9 @@ static int vb_inflate_migratepage(struct balloon_dev_info *bdev_info,
 {
 	struct vb_device *vb = container_of(bdev_info, struct vb_device,
 					    bdev_info);
+#ifndef VB_HAVE_BALLOON_CORE_ACCOUNTS
 	unsigned long flags;
+#endif
 
 	/*
 	 * Never wait for balloon_lock here: fill/leak may hold it while
@@ -226,6 +243,7 @@ static int vb_inflate_migratepage(struct balloon_dev_info *bdev_info,
 	if (!mutex_trylock(&vb->balloon_lock))
 		return -EAGAIN;
 
+#ifndef VB_HAVE_BALLOON_CORE_ACCOUNTS
 	/* the balloon reference of the new page */
 	get_page(newpage);
 
@@ -241,6 +259,7 @@ static int vb_inflate_migratepage(struct balloon_dev_info *bdev_info,
 	bdev_info->isolated_pages--;
 	__count_vm_event(BALLOON_MIGRATE);
 	spin_unlock_irqrestore(&bdev_info->pages_lock, flags);
+#endif
 
 	vb->num_pfns = VB_PAGES_PER_PAGE;
 	vb_inflate_set_pfns(vb, vb->pfns, newpage);
@@ -252,13 +271,15 @@ static int vb_inflate_migratepage(struct balloon_dev_info *bdev_info,
 
 	mutex_unlock(&vb->balloon_lock);
 
+#ifndef VB_HAVE_BALLOON_CORE_ACCOUNTS
 	balloon_page_finalize(page);
 	/* drop the balloon reference of the old page */
 	put_page(page);
+#endif
 
 	return VB_COMPAT_MIGRATE_SUCCESS;
 }
-#endif /* CONFIG_BALLOON_COMPACTION */
+#endif /* VB_BALLOON_MIGRATION */
 
 void vb_inflate_init(struct vb_device *vb)
 {
@@ -267,7 +288,10 @@ void vb_inflate_init(struct vb_device *vb)
 	mutex_init(&vb->balloon_lock);
 	init_waitqueue_head(&vb->acked);
 	balloon_devinfo_init(&vb->bdev_info);
-#ifdef CONFIG_BALLOON_COMPACTION
+#ifdef VB_HAVE_BALLOON_CORE_ACCOUNTS
+	vb->bdev_info.adjust_managed_page_count = vb_inflate_adjusts_managed(vb);
+#endif
+#ifdef VB_BALLOON_MIGRATION
 	vb->bdev_info.migratepage = vb_inflate_migratepage;
 #endif
 }

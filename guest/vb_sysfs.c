@@ -12,7 +12,8 @@
  * write range-checks the value for its knob and stores it through the
  * core; a round copies the settings when it starts, so a write during a
  * round takes effect at the next round.  "mode" reads back the mode the
- * next round uses (auto resolved).  Values are unsigned decimal; anything
+ * next round uses (auto resolved); "scan_refusal" says why auto is not
+ * scan.  Values are unsigned decimal; anything
  * kstrtouint() rejects, and anything out of range, fails with -EINVAL and
  * leaves the value unchanged.
  *
@@ -199,6 +200,16 @@ static ssize_t mode_store(struct device *dev, struct device_attribute *attr,
 }
 static DEVICE_ATTR_RW(mode);
 
+/* Why scan cannot be used on this guest and device, or "none" */
+static ssize_t scan_refusal_show(struct device *dev,
+				 struct device_attribute *attr, char *buf)
+{
+	const char *why = vb_core_scan_refusal(vb_sysfs_dev(dev));
+
+	return sysfs_emit(buf, "%s\n", why ?: "none");
+}
+static DEVICE_ATTR_RO(scan_refusal);
+
 /* Parse a hint_mode module parameter: auto, scan or alloc */
 int vb_sysfs_parse_mode(const char *str)
 {
@@ -295,6 +306,7 @@ VB_SYSFS_COUNTER(rounds_timed_out, rounds_timed_out);
 
 static struct attribute *vb_sysfs_attrs[] = {
 	&dev_attr_mode.attr,
+	&dev_attr_scan_refusal.attr,
 	&vb_sysfs_knob_enabled.attr.attr,
 	&vb_sysfs_knob_min_order.attr.attr,
 	&vb_sysfs_knob_alloc_min_order.attr.attr,
