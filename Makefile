@@ -6,19 +6,21 @@ PY := /usr/bin/python3
 INITRD := build/initramfs.cpio.gz
 KVER ?= $(shell scripts/guest-kver.sh 2>/dev/null)
 
-.PHONY: all setup qemu qemu-asan guest image images deb lint check demo \
-	bench soak reliability long clean
+.PHONY: all setup qemu qemu-asan guest image images debug-kernel deb host-deb \
+	lint check demo bench soak reliability long kernels debug-check clean
 
 all: qemu guest images
 
 setup:
 	@bash scripts/setup.sh
 
-# Our QEMU 10.0 (build/qemu) and Debian's own QEMU 10.0 as the stock
-# reference (build/stock-qemu-10.0).
+# Our QEMU 10.0 (build/qemu), Debian's own QEMU 10.0 as the stock
+# reference (build/stock-qemu-10.0) and Debian's newest QEMU, 11.1, as a
+# stock fleet peer run in the Debian 13 root (build/stock-qemu-11.1).
 qemu: setup
 	@bash scripts/build-qemu.sh 10.0
 	@bash scripts/stock-qemu.sh
+	@bash scripts/stock-qemu-11.sh
 
 qemu-asan: setup
 	@SANITIZE=1 bash scripts/build-qemu.sh 10.0
@@ -37,31 +39,65 @@ guest: setup
 # series, and guest/virtio_balloon.ko for the default kernel.
 DEFAULT_KVER := $(shell scripts/guest-kver.sh 2>/dev/null)
 MODDIR = build/mod-$(KVER)
-MODSRC = guest/Kbuild guest/Makefile guest/dkms.conf \
+MODSRC = guest/Kbuild guest/Makefile guest/dkms.conf guest/scan-validated-kernels \
 	$(filter-out %.mod.c,$(wildcard guest/*.c)) $(wildcard guest/*.h) \
 	$(wildcard include/*.h)
+# A kernel whose headers this machine cannot use (Debian 13's 7.3: gcc-14,
+# its kbuild) has none here: its module is built in the Debian 13 root
+# (scripts/root-module.sh).
+BH_CACHE ?= /var/cache/balloon-hint
+HOST_KBUILD = $(firstword $(wildcard /lib/modules/$(KVER)/build/Makefile \
+	$(BH_CACHE)/kernels/$(KVER)/build/Makefile))
 image: setup
 	@mkdir -p $(MODDIR)/guest $(MODDIR)/include
 	@for f in $(MODSRC); do \
 		cmp -s $$f $(MODDIR)/$$f || cp $$f $(MODDIR)/$$f || exit 1; \
 	done
-	@nice -n 10 $(MAKE) --no-print-directory -C $(MODDIR)/guest KVER=$(KVER) \
-		VB_FAULT_INJECT=y >/dev/null
+	@if [ -n "$(HOST_KBUILD)" ]; then \
+		nice -n 10 $(MAKE) --no-print-directory -C $(MODDIR)/guest KVER=$(KVER) \
+			VB_FAULT_INJECT=y >/dev/null; \
+	else \
+		nice -n 10 bash scripts/root-module.sh $(KVER) $(MODDIR) \
+			VB_FAULT_INJECT=y >/dev/null; \
+	fi
 	@KVER=$(KVER) bash scripts/mk-initramfs.sh build/initramfs-$(KVER).cpio.gz \
 		$(MODDIR)/guest/virtio_balloon.ko
 	@if [ "$(KVER)" = "$(DEFAULT_KVER)" ]; then \
 		ln -sf initramfs-$(KVER).cpio.gz $(INITRD); fi
 
-images: setup guest
-	@for s in 6.1 6.12; do \
+# Debian 13's 7.3 flavours when setup made the Debian 13 root, and the
+# debug kernel (which `images` builds first), both looked up when the
+# recipe runs.
+IMAGE_SERIES = 6.1 6.12 \
+	$(if $(wildcard $(BH_CACHE)/trixie-root/.balloon-hint-root),7.3 7.3-rt 7.3-cloud) \
+	$(if $(wildcard $(BH_CACHE)/kernels/*-hbdebug*/.complete),7.3-hbdebug)
+images: setup guest debug-kernel
+	@for s in $(IMAGE_SERIES); do \
 		$(MAKE) --no-print-directory image KVER=$$(scripts/guest-kver.sh $$s) || exit 1; \
 	done
+
+# The debug guest kernel from Debian's linux-source-7.3 (KASAN, lockdep,
+# DEBUG_VM, fault injection, memory hot-remove, CMA, page reporting:
+# scripts/debug-kernel.config), built in the Debian 13 root with ccache at
+# nice 19, once per source version and fragment (scripts/debug-kernel.sh);
+# then `make images` builds its test image and the runner its runs.
+debug-kernel: setup
+	@bash scripts/debug-kernel.sh
 
 # The guest driver as a DKMS package, built with dh-dkms in a scratch copy
 # (build/deb/work): build/deb/balloon-hint-dkms_<version>_all.deb, the
 # version being PACKAGE_VERSION of guest/dkms.conf (scripts/mk-deb.sh).
-deb: setup
+# It needs only the packaging tools (scripts/setup-deb.sh), not setup.
+deb:
+	@bash scripts/setup-deb.sh
 	@bash scripts/mk-deb.sh
+
+# Our QEMU as a Debian package that installs beside Debian's QEMU:
+# build/deb/balloon-hint-qemu_<version>_amd64.deb, the binary in
+# /usr/lib/balloon-hint/ (scripts/mk-host-deb.sh, Documentation/libvirt.md).
+host-deb: setup
+	@bash scripts/build-qemu.sh 10.0
+	@bash scripts/mk-host-deb.sh
 
 lint: setup qemu
 	@for s in 6.1 6.12; do \
@@ -73,6 +109,7 @@ lint: setup qemu
 # series (`make lint`); the runner's last line is
 # "N passed, N failed[, N skipped]".  TAG=name: only the tests with that tag.
 # SANITIZE=1: the tests tagged `sanitize` (faults, bad input, properties,
+# the switch-over rule, later rounds, a cancel with the destination stopped,
 # the sanitizer detector) against the ASan/UBSan build of our QEMU 10.0;
 # every QEMU quits gracefully at the end of its test, so that
 # LeakSanitizer checks it, and a test fails on any sanitizer report.
@@ -80,9 +117,14 @@ ASAN_QEMU := build/qemu-asan/qemu-system-x86_64
 ifeq ($(SANITIZE),1)
 CHECK_DEPS := qemu-asan
 CHECK_ENV := HB_SANITIZE=1 HB_OUR_QEMU=$(CURDIR)/$(ASAN_QEMU)
-CHECK_ARGS := --tag sanitize -k '[10.0]'
+CHECK_ARGS := --tag sanitize
 else
 CHECK_ARGS := $(if $(TAG),--tag $(TAG),--skip-tag long --skip-tag series)
+# A publishing run writes check.json itself: tests/test_01_results.py then
+# checks that the summary it will write is of HEAD (a clean tree).
+ifeq ($(PUBLISH)$(TAG),1)
+CHECK_ENV := HB_PUBLISH_CHECK=1
+endif
 endif
 
 # PUBLISH=1 (a whole run, no TAG): summarise it into
@@ -103,6 +145,22 @@ long: qemu images
 soak: qemu images
 	@mkdir -p build/tmp
 	@REPEAT=$${REPEAT:-20} $(PY) scripts/soak.py
+
+# Every each_kernel test on Linux 7.3 and 7.3-rt (make check runs the
+# kernel subset there), and on the debug kernel once it is built.
+kernels: qemu images
+	@mkdir -p build/tmp
+	@HB_KERNEL_MATRIX=full $(PY) tests/run.py --tag each_kernel --tag debug_only -k '[7.3'
+
+# The debug kernel's subset (`make debug-kernel` builds it): a round in
+# each mode, memory offline during a walk, suspend, a fault, bad input and
+# a migration with churn, KASAN and lockdep watching, and the detectors
+# that show a splat fails a test.
+debug-check: qemu images
+	@mkdir -p build/tmp
+	@test -n "$$(bash scripts/debug-kernel.sh kver)" || \
+		{ echo "no debug kernel: make debug-kernel" >&2; exit 1; }
+	@HB_KERNEL_MATRIX=debug $(PY) tests/run.py --tag debug_kernel --tag debug_only -k '[7.3-hbdebug]'
 
 reliability: qemu images
 	@mkdir -p build/tmp

@@ -10,6 +10,13 @@
 # include/, and a debian/changelog written from the version; the source
 # tree is never written to.  lintian, when installed, checks the result.
 #
+# The package depends on dkms and on kernel headers (linux-headers-amd64 |
+# linux-headers); its description lists the kernels scan mode is validated
+# on, each pattern of guest/scan-validated-kernels with its comment (6.1.*
+# and 6.12.* when the file is absent).  Building it needs only
+# debhelper, dh-dkms and dpkg-dev (scripts/setup-deb.sh): no kernel,
+# headers or QEMU.
+#
 #   scripts/mk-deb.sh            (make deb)
 #   BH_DEB_DIR=dir scripts/mk-deb.sh   output into dir instead of build/deb
 set -euo pipefail
@@ -29,7 +36,7 @@ vb_ver=$(sed -n 's/^#define[[:space:]]\+VB_VERSION[[:space:]]\+"\(.*\)"/\1/p' \
 	die "PACKAGE_VERSION of guest/dkms.conf ($ver) is not" \
 	    "VB_VERSION of guest/vb.h ($vb_ver)"
 for t in dpkg-buildpackage dh dh_dkms; do
-	command -v "$t" >/dev/null || die "no $t: run scripts/setup.sh (make setup)"
+	command -v "$t" >/dev/null || die "no $t: run scripts/setup-deb.sh"
 done
 
 work=$out/work
@@ -48,6 +55,27 @@ for f in "$top"/guest/*.c "$top"/guest/*.h; do
 	cp "$f" "$src/guest/"
 done
 cp "$top"/include/*.h "$src/include/"
+# The description's list of the kernels scan mode is validated on: each
+# pattern of guest/scan-validated-kernels with its comment, one verbatim
+# line each, in place of the line " ${bh:ScanKernels}" of debian/control.
+validated=$top/guest/scan-validated-kernels
+if [ -f "$validated" ]; then
+	cp "$validated" "$src/guest/"
+	list=$(awk '/^[ \t]*#/ || NF == 0 { next }
+		{ c = ""; i = index($0, "#"); if (i) c = substr($0, i + 1)
+		  sub(/^[ \t]+/, "", c); printf "   %-20s %s\n", $1, c }' "$validated")
+	[ -n "$list" ] || die "guest/scan-validated-kernels lists no kernel"
+else
+	list=$(printf '   %-20s %s\n' '6.1.*' 'Linux 6.1' '6.12.*' 'Linux 6.12')
+fi
+# shellcheck disable=SC2016 # the literal substvar line
+grep -qx ' ${bh:ScanKernels}' "$src/debian/control" ||
+	die "guest/debian/control has no line \" \${bh:ScanKernels}\""
+printf '%s\n' "$list" > "$work/scan-kernels"
+awk -v f="$work/scan-kernels" '$0 == " ${bh:ScanKernels}" {
+	while ((getline l < f) > 0) print l; next } { print }' \
+	"$src/debian/control" > "$src/debian/control.new"
+mv "$src/debian/control.new" "$src/debian/control"
 
 # debian/changelog: one entry, the version of dkms.conf, dated by the last
 # commit when the tree is a git checkout (a reproducible date), else now;

@@ -10,7 +10,9 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: mk-initramfs.sh OUT.cpio.gz [ours.ko]}
 ours=${2:-$top/guest/virtio_balloon.ko}
 kver=${KVER:-$("$top/scripts/guest-kver.sh")}
-mdir=/lib/modules/$kver/kernel
+# The kernel's modules, as setup unpacked its linux-image .deb
+kroot=${BH_CACHE:-/var/cache/balloon-hint}/kernels/$kver/lib/modules/$kver
+mdir=$kroot/kernel
 say() { printf '[initramfs] %s\n' "$*"; }
 
 stage=$(mktemp -d)
@@ -24,7 +26,7 @@ modfile() {
 		head -n1
 }
 builtin() { # module-name: is it built into the kernel?
-	grep -qE "/$1\.ko$" "/lib/modules/$kver/modules.builtin" 2>/dev/null
+	grep -qE "/$1\.ko$" "$kroot/modules.builtin" 2>/dev/null
 }
 getko() { # module-name dest-dir
 	local f

@@ -16,7 +16,10 @@ of the QEMU series build and the hash of the driver sources:
                         bench's summary.json with a note
 
 README.md's block between `<!-- results -->` and `<!-- /results -->` is
-made from them.  The subcommands below write, check and print them.
+made from demo.json and check.json, its configuration table (`<!-- configs -->`) from named
+cells of bench-reporting.json.  check-head tells whether demo.json and
+check.json are of HEAD's driver and series.  The subcommands below write,
+check and print them.
 """
 import argparse
 import datetime
@@ -25,7 +28,9 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 import textwrap
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,24 +52,117 @@ def _read(path):
         return None
 
 
-def driver_hash():
+def _git(*args, text=True):
+    """Output of a read-only git command in TOP (no index refresh)."""
+    return subprocess.run(["git", "-C", TOP, *args], check=True,
+                          capture_output=True, text=text,
+                          env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).stdout
+
+
+def _driver_file(rel):
+    """Is rel (a path relative to TOP) one of the driver's sources?"""
+    d, name = os.path.split(rel)
+    if d == "guest":
+        return name in ("Kbuild", "scan-validated-kernels") or (
+            name.endswith((".c", ".h")) and not name.endswith(".mod.c"))
+    return d == "include" and name.endswith(".h")
+
+
+def driver_hash(rev=None):
     """The first 16 hex digits of the SHA-256 of the driver's sources
-    (guest/ and include/, in name order)."""
+    (guest/*.[ch], guest/Kbuild, guest/scan-validated-kernels and
+    include/*.h, in name order): of the work tree, or of commit rev."""
     h = hashlib.sha256()
-    files = sorted(glob.glob(os.path.join(TOP, "guest", "*.[ch]")) +
-                   [os.path.join(TOP, "guest", "Kbuild")] +
-                   glob.glob(os.path.join(TOP, "include", "*.h")))
+    if rev:
+        files = sorted(f for f in _git("ls-tree", "-r", "--name-only", rev,
+                                       "--", "guest", "include").split()
+                       if _driver_file(f))
+        for rel in files:
+            h.update(rel.encode())
+            h.update(_git("show", f"{rev}:{rel}", text=False))
+        return h.hexdigest()[:16]
+    files = sorted(p for p in glob.glob(os.path.join(TOP, "guest", "*")) +
+                   glob.glob(os.path.join(TOP, "include", "*"))
+                   if _driver_file(os.path.relpath(p, TOP)))
     for p in files:
-        if p.endswith(".mod.c"):
-            continue
         h.update(os.path.relpath(p, TOP).encode())
         with open(p, "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]
 
 
+# What the series key of scripts/build-qemu.sh hashes, besides the source
+# version: the configure flags (scripts/qemu-env.sh) and the series.
+SERIES_SOURCES = ("scripts/qemu-env.sh", "host-qemu-patch/qemu-10.0")
+
+
+def series_key(rev=None, base="10.0"):
+    """The key scripts/build-qemu.sh gives the build of base (not
+    SANITIZE): the first 16 hex digits of the SHA-256 of the Debian source
+    version, the configure flags and the series file followed by each
+    patch it names, of the work tree or of commit rev.  The version and
+    Debian's flags come from the source build-qemu.sh unpacked into the
+    cache; None when it is not there."""
+    cache = os.environ.get("BH_CACHE", "/var/cache/balloon-hint")
+    csrc = os.path.join(cache, "src", f"qemu-{base}")
+    version = _read(os.path.join(csrc, "VERSION"))
+    if not version:
+        return None
+
+    def text(rel):
+        if rev:
+            return _git("show", f"{rev}:{rel}", text=False)
+        with open(os.path.join(TOP, rel), "rb") as f:
+            return f.read()
+    with tempfile.NamedTemporaryFile("wb", suffix=".sh") as env_sh:
+        env_sh.write(text("scripts/qemu-env.sh"))
+        env_sh.flush()
+        cfg = subprocess.run(
+            ["bash", "-c", '. "$1" && qemu_cfg "$2" "$3" && echo "${cfg[*]}"',
+             "qemu-env", env_sh.name, base, os.path.join(csrc, "qemu")],
+            check=True, capture_output=True).stdout
+    h = hashlib.sha256(version.encode() + b"\n" + cfg)
+    pdir = f"host-qemu-patch/qemu-{base}"
+    series = text(f"{pdir}/series")
+    h.update(series)
+    for line in series.decode().splitlines():
+        name = line.strip()
+        if name and not name.startswith("#"):
+            h.update(text(f"{pdir}/{name}"))
+    return h.hexdigest()[:16]
+
+
+def source_clean():
+    """Do the driver's sources and the QEMU series match HEAD (nothing
+    changed, added or removed under them)?  None outside a git tree."""
+    try:
+        return not _git("status", "--porcelain", "--", "guest", "include",
+                        *SERIES_SOURCES).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def not_of(summary, name, rev="HEAD"):
+    """What makes the summary `name` (demo.json, check.json) not a result
+    of commit rev: another driver hash or series key, or a tree that
+    differed from its commit; [] when it is of rev."""
+    out = []
+    want = {"driver_hash": driver_hash(rev), "series_key": series_key(rev)}
+    for key, val in want.items():
+        if val is None:
+            out.append(f"{name}: cannot compute {rev}'s {key} (make qemu "
+                       "fetches the QEMU source)")
+        elif summary.get(key) != val:
+            out.append(f"{name}: {key} {summary.get(key)}, {rev}'s is {val}")
+    if summary.get("source_clean") is not True:
+        out.append(f"{name}: not recorded from a clean tree "
+                   f"(source_clean: {summary.get('source_clean')})")
+    return out
+
+
 def demo_summary(rows, guest_kernel):
-    """rows: (config key, description, migrate_once() result)."""
+    """rows: (config key, description, dst_memory, migrate_once() result).
+    The warm runs are the summary's rows, the cold ones its cold_rows."""
     build = os.path.join(TOP, "build")
     out = {"date": datetime.date.today().isoformat(),
            "series_key": _read(os.path.join(build, "qemu", ".key")),
@@ -72,13 +170,14 @@ def demo_summary(rows, guest_kernel):
            "stock_qemu": _read(os.path.join(build, "stock-qemu-10.0",
                                             "VERSION")),
            "driver_hash": driver_hash(),
+           "source_clean": source_clean(),
            "guest_kernel": guest_kernel,
            "workload": "stale: 1 GiB guest, 2 vCPUs, 75 % of RAM written "
                        "and freed, 24 MiB kept and 16 MiB held, verified",
-           "rows": []}
-    for key, name, r in rows:
-        out["rows"].append({
-            "config": key, "name": name,
+           "rows": [], "cold_rows": []}
+    for key, name, mem, r in rows:
+        out["rows" if mem == "warm" else "cold_rows"].append({
+            "config": key, "name": name, "dst_memory": mem,
             "transferred_mb": r.get("transferred_mb"),
             "total_ms": r.get("total_ms"),
             "downtime_ms": r.get("downtime_ms"),
@@ -88,16 +187,26 @@ def demo_summary(rows, guest_kernel):
     return out
 
 
+def _damaged(r):
+    return "no" if r["data_intact"] and not r["kernel_errors"] else "**yes**"
+
+
 def demo_table(s):
-    """The Markdown table of a demo summary."""
-    lines = ["| configuration | bytes sent | total time | downtime | "
-             "destination damaged |", "|---|---|---|---|---|"]
+    """The Markdown table of a demo summary (its warm runs), and one line
+    of its cold runs under it."""
+    lines = ["| configuration (warm destination) | bytes sent | total time | "
+             "downtime | destination damaged |", "|---|---|---|---|---|"]
     for r in s["rows"]:
-        damaged = "no" if r["data_intact"] and not r["kernel_errors"] \
-            else "**yes**"
         lines.append(f"| {r['config']}: {r['name']} | "
                      f"{r['transferred_mb']} MB | {r['total_ms']} ms | "
-                     f"{r['downtime_ms']} ms | {damaged} |")
+                     f"{r['downtime_ms']} ms | {_damaged(r)} |")
+    cold = s.get("cold_rows") or []
+    if cold:
+        lines += ["", "Cold destination (bytes, total time, downtime): " +
+                  "; ".join(f"{r['config']} {r['transferred_mb']} MB, "
+                            f"{r['total_ms']} ms, {r['downtime_ms']} ms" +
+                            ("" if _damaged(r) == "no" else ", damaged")
+                            for r in cold) + "."]
     return "\n".join(lines)
 
 
@@ -109,6 +218,70 @@ def _ratio(s, what, a, b):
         return None
 
 
+# The figures of a check that the documentation quotes: a test's facts,
+# by the names it gives them (tests/run.py keeps them in check.json).
+CHECK_FIGURES = ("scan_coverage_", "scan_stayed_free_mib_",
+                 "scan_hinted_mib_", "offline_fenced_s_",
+                 "offline_unfenced_s_", "isolated_", "walk_max_")
+
+
+def check_figures(run):
+    """The facts named by CHECK_FIGURES of every test of a run."""
+    out = {}
+    for t in run.get("results", []):
+        for k, v in (t.get("facts") or {}).items():
+            if k.startswith(CHECK_FIGURES):
+                out[k] = v
+    return dict(sorted(out.items()))
+
+
+# The guest kernels a check's figures are named after, in the order the
+# docs give them
+KERNELS = ("6.1", "6.12", "7.3", "7.3-hbdebug")
+
+
+def _kernels(f, prefix):
+    """The kernels of KERNELS that figures `f` have a `prefix`KERNEL of."""
+    return [k for k in KERNELS if f"{prefix}{k}" in f]
+
+
+def _and(items):
+    """Items of a sentence: "a", "a and b", "a, b and c"."""
+    return " and ".join(filter(None, [", ".join(items[:-1])] + items[-1:]))
+
+
+def coverage_sentence(c):
+    """Documentation/guest-driver.md's sentence on a scan round's coverage,
+    from a published check summary."""
+    f = c.get("figures", {})
+    per = _and([
+        f"{f[f'scan_coverage_{k}']:.1%} of the "
+        f"{f[f'scan_stayed_free_mib_{k}']} MiB that stayed free through it "
+        f"on {k} (it hinted {f[f'scan_hinted_mib_{k}']} MiB)"
+        for k in _kernels(f, "scan_coverage_")])
+    return textwrap.fill(
+        f"In the published check ({c['date']}, driver "
+        f"`{c['driver_hash']}`), a round covered {per}.", 75)
+
+
+def holds_sentence(c):
+    """Documentation/guest-driver.md's sentence on the walk's longest
+    holds and the isolated pageblocks it passed, from a published check
+    summary (tests/test_46_scan_gate.py's walks during memory offline)."""
+    f = c.get("figures", {})
+    per = "; ".join(
+        f"on {k}, `zone->lock` at most {f[f'walk_max_hold_us_{k}']:,} µs "
+        f"and a per-CPU list lock at most "
+        f"{f[f'walk_max_pcp_hold_us_{k}']:,} µs (they passed "
+        f"{f[f'isolated_passed_{k}']:,} free pages of isolated pageblocks "
+        f"and took {f[f'isolated_taken_{k}']:,})"
+        for k in _kernels(f, "walk_max_hold_us_"))
+    return textwrap.fill(
+        f"In the published check ({c['date']}, driver "
+        f"`{c['driver_hash']}`), walks run over and over while a DIMM "
+        f"block went offline held, {per}.", 75, break_on_hyphens=False)
+
+
 def check_summary(run):
     """The summary of a runner's results (tests/run.py's check.json): no
     test names or messages, only what a reader of the README needs."""
@@ -117,6 +290,7 @@ def check_summary(run):
     return {"date": datetime.date.today().isoformat(),
             "series_key": _read(os.path.join(build, "qemu", ".key")),
             "driver_hash": driver_hash(),
+            "source_clean": source_clean(),
             "counts": run.get("counts", {}),
             "minutes": round(run.get("seconds", 0) / 60),
             "migrations": f.get("migrations", 0),
@@ -126,6 +300,7 @@ def check_summary(run):
             "failures": f.get("failures", 0),
             "stock_runs": f.get("stock_runs", 0),
             "stock_not_ok": f.get("stock_losses", 0),
+            "figures": check_figures(run),
             "stopped_by": run.get("stopped_by")}
 
 
@@ -142,56 +317,18 @@ def check_sentence(c):
             f"runs, {c['stock_not_ok']} of them not ok; {c['minutes']} min.")
 
 
-def _named(what, vals):
-    """'what v1' or 'whats v1, v2'."""
-    return f"{what}{'s' * (len(vals) > 1)} {', '.join(vals)}"
-
-
-def bench_sentence(b):
-    """The stale cells of the bench sets measured as the bench measures by
-    default (no --dst-prealloc, no host tuning): d against r of the same
-    set, per size and vCPUs, each from the newest set that has it."""
-    newest = {}
-    for x in b["sets"]:
-        meta = x.get("meta", {})
-        if meta.get("dst_args") or meta.get("host_tuned"):
-            continue
-        cells = {(c["workload"], c["mem_mib"], c["smp"], c["config"]): c
-                 for c in x["cells"]}
-        for (wl, mem, smp, cfg), c in cells.items():
-            r = cells.get((wl, mem, smp, "r"))
-            if wl == "stale" and cfg == "d" and r:
-                newest[(mem, smp)] = (c, r, meta)
-    if not newest:
-        return None
-    parts, dates, keys, drivers = [], [], [], []
-    for (mem, smp), (c, r, meta) in sorted(newest.items()):
-        parts.append(f"{mem >> 10} GiB, {smp} vCPU{'s' * (smp > 1)}: "
-                     f"{c['transferred_mb'][0]:.0f} against "
-                     f"{r['transferred_mb'][0]:.0f} MB, "
-                     f"{c['total_ms'][0]:.0f} against "
-                     f"{r['total_ms'][0]:.0f} ms")
-        for seen, val in ((dates, str(meta.get("started", ""))[:10]),
-                          (keys, f"`{meta.get('our_qemu_key')}`"),
-                          (drivers, f"`{meta.get('driver_hash')}`")):
-            if val not in seen:
-                seen.append(val)
-    return (f"`make bench` of {', '.join(dates)} ("
-            f"{_named('series key', keys)}; {_named('driver', drivers)}; "
-            f"each cell from the newest run that has it), stale cells, "
-            f"medians of d against free page reporting (r) in the same run: "
-            + "; ".join(parts) + ".")
-
-
-def readme_block(s, check=None, bench=None):
-    """README.md's result block, from a demo summary and the summaries of
-    the last check and bench."""
+def readme_block(s, check=None):
+    """README.md's result block, from a demo summary and the summary of
+    the last check."""
     parts = [textwrap.fill(
              f"`make demo` of {s['date']} on the default stack: our QEMU "
              f"{s.get('our_qemu')} (series key `{s.get('series_key')}`), "
              f"Debian's QEMU {s.get('stock_qemu')}, our driver "
              f"`{s.get('driver_hash')}`, guest Linux {s.get('guest_kernel')}; "
-             f"{s['workload']}; TCG on a 2-core VM.", 75), "",
+             f"{s['workload']}; TCG on a 2-core VM.  Warm: the "
+             f"destination host's free memory is resident when it starts, "
+             f"as on two real hosts; cold: as this nested VM leaves it, "
+             f"taken back by its own host.", 75), "",
              demo_table(s), ""]
     facts = []
     for other, label in (("b", "stock hinting"),
@@ -208,10 +345,11 @@ def readme_block(s, check=None, bench=None):
             "the steadier figure; the benchmark "
             "([benchmarks.md](Documentation/benchmarks.md)) repeats each "
             "configuration.", 75))
-    for sentence in (bench_sentence(bench) if bench else None,
-                     check_sentence(check) if check else None):
-        if sentence:
-            parts += ["", textwrap.fill(sentence, 75)]
+    # The bench's sets are of the drivers and series they name, which may
+    # not be HEAD's: README cites them in its configuration table, with
+    # their keys, not here among the results of HEAD.
+    if check:
+        parts += ["", textwrap.fill(check_sentence(check), 75)]
     return "\n".join(parts) + "\n"
 
 
@@ -224,7 +362,7 @@ def _load(path):
 
 
 def render_readme(s, path=README):
-    block = readme_block(s, _load(CHECK), _load(BENCH))
+    block = readme_block(s, _load(CHECK))
     with open(path) as f:
         text = f.read()
     if not BLOCK_RE.search(text):
@@ -293,7 +431,13 @@ def bench_targets(b):
     target the bench checked (report.py), **no** where it missed."""
     def fig(v):
         return f"{v:,.0f}" if abs(v) >= 10 else f"{v:g}"
-    head = ["set", "cell"] + list(TARGET_COLUMNS)
+    # the targets added with the destination state and link, as columns
+    # only once a set has them
+    names = list(TARGET_COLUMNS) + [
+        n for n in ("time<=1.2floor", "downtime<=5")
+        if any(n in t["checks"] for x in b["sets"]
+               for t in x.get("targets", []))]
+    head = ["set", "cell"] + names
     rows = ["| " + " | ".join(head) + " |",
             "|" + "---|" * len(head)]
     for i, x in enumerate(b["sets"], 1):
@@ -302,9 +446,12 @@ def bench_targets(b):
             (" (host-tuned)" if meta.get("host_tuned") else "")
         for t in x.get("targets", []):
             cell = (f"{t['workload']}, {t['mem_mib'] >> 10} GiB"
-                    + (f", {t['smp']} vCPU" if t["smp"] != 2 else ""))
+                    + (f", {t['smp']} vCPU" if t["smp"] != 2 else "")
+                    + (f", {t['dst_memory']}" if "dst_memory" in t else "")
+                    + ("" if t.get("link_gbit") is None else
+                       f", {t['link_gbit']:g} Gbit/s"))
             cols = []
-            for name in TARGET_COLUMNS:
+            for name in names:
                 c = t["checks"].get(name)
                 if not c:
                     cols.append("")
@@ -313,6 +460,95 @@ def bench_targets(b):
                             + ("" if c["met"] else " **no**"))
             rows.append(f"| {label} | {cell} | " + " | ".join(cols) + " |")
     return "\n".join(rows)
+
+
+def bench_sets(b):
+    """A markdown table of the published bench sets: when, of which code
+    (driver hash, series key, whether the tree differed from its commit),
+    with which host tuning, what it ran."""
+    rows = ["| set | date | driver | series key | tree | tuning | "
+            "what it ran |", "|---|---|---|---|---|---|---|"]
+    for i, x in enumerate(b["sets"], 1):
+        meta = x.get("meta", {})
+        dirty = meta.get("git_dirty")
+        tree = {True: "dirty", False: "clean"}.get(dirty, "unknown")
+        tuning = ", ".join(["`--dst-prealloc`"] * bool(meta.get("dst_args"))
+                           + ["host-tuned"] * bool(meta.get("host_tuned"))
+                           ) or "none"
+        rows.append(f"| {i} | {str(meta.get('started', ''))[:10]} | "
+                    f"`{meta.get('driver_hash')}` | "
+                    f"`{meta.get('our_qemu_key')}` | {tree} | {tuning} | "
+                    f"{x.get('note', '')} |")
+    return "\n".join(rows)
+
+
+# README.md's table of which configuration to run: per fleet, what to run
+# and the bench cells (set, workload, MiB, vCPUs, configurations and, for
+# a limited link, its Gbit/s) whose medians it quotes,
+# d's configuration first, then the ones it is compared with.
+CONFIG_ROWS = (
+    ("every host runs our QEMU",
+     "our QEMU, the VM opted in (`free-page-hint-keep-writes=on`), our "
+     "driver: scan mode (d)",
+     ((15, "stale", 1024, 2, ("d", "r")),
+      (19, "stale", 1024, 2, ("d", "r"), 10))),
+    ("some hosts run Debian's QEMU",
+     "our QEMU with the device defaults (no opt-in); on Debian's QEMU our "
+     "driver hints in alloc mode (c) and today sends more than the in-tree "
+     "driver with stock hinting (b): its rounds lose the race with the "
+     "first pass, so guests that move to stock hosts keep the in-tree "
+     "driver",
+     ((15, "stale", 1024, 2, ("c", "b")),)),
+    ("free page reporting already on",
+     "keep it and add ours (d+r): reporting gives memory back between "
+     "migrations, hinting skips what is free when one starts",
+     ((15, "stale", 1024, 2, ("d+r", "r")),)),
+)
+CONFIGS_RE = re.compile(r"(<!-- configs[^>]*-->\n).*?(<!-- /configs -->)",
+                        re.S)
+
+
+def configs_table(b):
+    """README.md's configuration table, each figure a median of the cell
+    it names in bench-reporting.json."""
+    rows = ["| your fleet | run | bench medians: bytes sent, total time, "
+            "downtime |", "|---|---|---|"]
+    for fleet, run, cells in CONFIG_ROWS:
+        parts = []
+        for n, wl, mem, smp, cfgs, *link in cells:
+            link = link[0] if link else None
+            got = {c["config"]: c for c in b["sets"][n - 1]["cells"]
+                   if (c["workload"], c["mem_mib"], c["smp"],
+                       c.get("link_gbit")) == (wl, mem, smp, link)}
+            figs = []
+            for cfg in cfgs:
+                c = got[cfg]
+                figs.append(f"{cfg} {c['transferred_mb'][0]:.0f} MB, "
+                            f"{c['total_ms'][0]:.0f} ms, "
+                            f"{c['downtime_ms'][0]:g} ms")
+            dst = {c.get("dst_memory") for c in got.values()} - {None}
+            parts.append(f"set {n}, {wl}, {mem >> 10} GiB, {smp} vCPU"
+                         f"{'s' * (smp > 1)}"
+                         + "".join(f", {d} destination" for d in dst)
+                         + ("" if link is None else f", {link:g} Gbit/s")
+                         + ": " + "; ".join(figs))
+        rows.append(f"| {fleet} | {run} | " + "; ".join(parts) + " |")
+    drivers = []
+    for n in sorted({c[0] for _, _, cells in CONFIG_ROWS for c in cells}):
+        meta = b["sets"][n - 1]["meta"]
+        drivers.append(f"set {n}: driver `{meta.get('driver_hash')}`, "
+                       f"series key `{meta.get('our_qemu_key')}`")
+    return "\n".join(rows) + "\n\n" + textwrap.fill(
+        "b: stock hinting, r: free page reporting (Debian's QEMU, in-tree "
+        "driver); c: our driver on Debian's QEMU; d: ours.  Medians of 5 "
+        "alternated runs; a warm destination's free memory is resident when "
+        "it starts, as on two real hosts.  From "
+        "`Documentation/results/bench-reporting.json` "
+        "([benchmarks.md](Documentation/benchmarks.md)), TCG on a 2-core "
+        "VM; " + "; ".join(drivers) + ".  Each figure is of the driver "
+        "and series its set names, not necessarily this tree's "
+        "(`scripts/results.py check-head`).", 75,
+        break_on_hyphens=False) + "\n"
 
 
 def _readme_texts():
@@ -329,9 +565,23 @@ def main(argv):
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("readme", help="rewrite README.md's block")
     sub.add_parser("check", help="exit 1 if the block differs")
+    sub.add_parser("check-head",
+                   help="exit 1 if demo.json or check.json is not of HEAD "
+                   "(driver hash, series key, clean tree)")
     sub.add_parser("publish-check",
                    help="summarise build/results/check.json into "
                    "check.json and rewrite the block")
+    sub.add_parser("coverage",
+                   help="print guest-driver.md's sentence on a scan "
+                   "round's coverage, from check.json")
+    sub.add_parser("holds",
+                   help="print guest-driver.md's sentence on the walk's "
+                   "longest holds, from check.json")
+    sub.add_parser("configs",
+                   help="rewrite README.md's configuration table")
+    sub.add_parser("bench-sets",
+                   help="print the published bench sets (date, driver, "
+                   "series, tree, tuning, note) as a markdown table")
     sub.add_parser("bench-targets",
                    help="print the targets of d in every cell of every "
                    "set, as a markdown table")
@@ -341,8 +591,30 @@ def main(argv):
     pb.add_argument("summary", help="the bench run's summary.json")
     pb.add_argument("note", help="what it ran, any tuning")
     a = ap.parse_args(argv[1:])
-    if a.command == "bench-targets":
-        print(bench_targets(_load(BENCH)))
+    if a.command == "check-head":
+        bad = []
+        for path in (DEMO, CHECK):
+            bad += not_of(_load(path) or {}, os.path.basename(path))
+        for line in bad:
+            print(line, file=sys.stderr)
+        return 1 if bad else 0
+    printers = {"coverage": (coverage_sentence, CHECK),
+                "holds": (holds_sentence, CHECK),
+                "bench-sets": (bench_sets, BENCH),
+                "bench-targets": (bench_targets, BENCH)}
+    if a.command in printers:
+        make, path = printers[a.command]
+        print(make(_load(path)))
+        return 0
+    if a.command == "configs":
+        with open(README) as f:
+            text = f.read()
+        if not CONFIGS_RE.search(text):
+            raise SystemExit(f"{README}: no <!-- configs --> block")
+        table = configs_table(_load(BENCH))
+        with open(README, "w") as f:
+            f.write(CONFIGS_RE.sub(lambda m: m.group(1) + table +
+                                   m.group(2), text))
         return 0
     if a.command == "publish-check":
         publish_check()

@@ -60,6 +60,8 @@ qcache=${BH_CACHE:-/var/cache/balloon-hint}/qtests
 logs=$top/build/results/qtests-$base
 scratch=$top/build/tmp/qtests
 mkdir -p "$stash/bin" "$logs" "$scratch"
+# what a qtest leaves in its working directory goes with it
+trap 'rm -rf "$scratch"' EXIT
 
 # shellcheck source=scripts/qemu-env.sh
 . "$top/scripts/qemu-env.sh"

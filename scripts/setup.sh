@@ -19,7 +19,13 @@ export DEBIAN_FRONTEND=noninteractive
 #   (the stock reference, unpacked under build/, never installed).
 #   Backports has priority 100: nothing is taken from it unless asked for
 #   by name or with -t;
-# - deb-src for trixie: 'apt-get source qemu' of Debian 13's QEMU 10.0.
+# - deb-src for trixie: 'apt-get source qemu' of Debian 13's QEMU 10.0;
+# - deb for trixie-backports: only to download Debian 13's 7.3 guest
+#   kernels (unpacked under the cache, never installed).  It is pinned to
+#   -1 (balloon-hint-trixie-bp in preferences.d): nothing on this machine
+#   is ever installed or upgraded from it, and the candidate of every
+#   host package stays what bookworm gives.  Debian 13's packages are
+#   installed only into the Debian 13 root (scripts/trixie-root.sh).
 add_sources() { # file, content
 	local f=/etc/apt/sources.list.d/$1
 	if [ ! -e "$f" ] || [ "$(cat "$f")" != "$2" ]; then
@@ -28,6 +34,19 @@ add_sources() { # file, content
 		rm -f /var/lib/balloon-hint/apt-updated
 	fi
 }
+add_pin() { # file, content
+	local f=/etc/apt/preferences.d/$1
+	if [ ! -e "$f" ] || [ "$(cat "$f")" != "$2" ]; then
+		say "pinning: $f"
+		printf '%s\n' "$2" > "$f"
+	fi
+}
+add_pin balloon-hint-trixie-bp '# balloon-hint setup.sh: trixie-backports is listed only to download Debian
+# 13'"'"'s guest kernels (unpacked, never installed); nothing on this machine is
+# ever installed or upgraded from it.
+Package: *
+Pin: release n=trixie-backports
+Pin-Priority: -1'
 add_sources balloon-hint-bp.sources 'Types: deb deb-src
 URIs: http://deb.debian.org/debian
 Suites: bookworm-backports
@@ -37,6 +56,12 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 Types: deb-src
 URIs: http://deb.debian.org/debian
 Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie-backports
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg'
 
@@ -59,10 +84,9 @@ QEMU_BUILD_DEPS=(
 
 PKGS=(
 	build-essential gcc make bc flex bison libelf-dev kmod cpio
-	busybox-static linux-image-amd64 linux-headers-amd64
-	linux-source-6.1 sparse dkms
+	busybox-static linux-source-6.1 sparse pahole
 	qemu-system-data qemu-utils seabios ipxe-qemu
-	dpkg-dev devscripts debhelper dh-dkms python3 python3-venv
+	devscripts python3 python3-venv
 	ninja-build meson pkg-config ccache libglib2.0-dev zlib1g-dev
 	python3-matplotlib xz-utils zstd gdb
 	"${QEMU_BUILD_DEPS[@]}"
@@ -86,23 +110,104 @@ if [ ${#missing[@]} -gt 0 ]; then
 	say "installing: ${missing[*]}"
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The packaging tools, dkms and dpkg-dev (make deb needs only these):
+# scripts/setup-deb.sh.
+bash "$(dirname "$0")/setup-deb.sh"
 
-# Guest kernels: Debian 12's 6.1 (linux-image-amd64 above) and 6.12 from
-# bookworm-backports, each with its headers.  6.12, the newest, is the
-# default guest kernel (scripts/guest-kver.sh).
-if ! ls /boot/vmlinuz-6.12.*-amd64 >/dev/null 2>&1 ||
-   ! ls -d /usr/src/linux-headers-6.12.*-amd64 >/dev/null 2>&1; then
-	say "installing the 6.12 guest kernel and headers (bookworm-backports)"
-	apt-get install -y -q --no-install-recommends -t bookworm-backports \
-		linux-image-amd64 linux-headers-amd64 >/dev/null
-fi
-for series in 6.1 6.12; do
-	kver=$("$(dirname "$0")/guest-kver.sh" "$series")
-	if [ ! -e "/lib/modules/$kver/build/Makefile" ]; then
-		say "installing headers for guest kernel $kver"
-		apt-get install -y -q --no-install-recommends "linux-headers-$kver" >/dev/null
+# Guest kernels: Debian 12's 6.1 and 6.12 from bookworm-backports.  Nothing
+# of them is installed: each kernel's linux-image, linux-headers (with its
+# -common part) and linux-kbuild .debs are unpacked together under
+# $cache/kernels/KVER (boot/vmlinuz-KVER, lib/modules/KVER, usr/src,
+# usr/lib/linux-kbuild-*), so the host's /boot, bootloader, /lib/modules
+# and package list stay as they were (Debian's linux-headers packages
+# depend on their linux-image).  The headers' two absolute references
+# (the -common Makefile include, lib/modules/KVER/build) are pointed into
+# that tree; guest/Makefile builds against $cache/kernels/KVER/build when
+# the kernel has no installed headers.  6.12, the newest, is the default guest kernel
+# (scripts/guest-kver.sh).
+cache=${BH_CACHE:-/var/cache/balloon-hint}
+kernels=$cache/kernels
+mkdir -p "$kernels"
+dep_of() { # suite, package, prefix -> the first dependency with that prefix
+	apt-cache show "$2/$1" 2>/dev/null | sed -n 's/^Depends: //p' | head -n1 |
+		tr ',|' '\n\n' | sed -n "s/^ *\($3[^ ]*\).*/\1/p" | head -n1
+}
+unpack_kernel() { # suite
+	local img kver tmp hdr common kbuild d
+	img=$(dep_of "$1" linux-image-amd64 linux-image-)
+	[ -n "$img" ] || { echo "setup.sh: no linux-image-amd64 in $1" >&2; exit 1; }
+	kver=${img#linux-image-}
+	[ -e "$kernels/$kver/.complete" ] && return
+	hdr=linux-headers-$kver
+	common=$(dep_of "$1" "$hdr" linux-headers-)
+	kbuild=$(dep_of "$1" "$hdr" linux-kbuild-)
+	say "unpacking guest kernel $kver ($1: $img $hdr $common $kbuild) into $kernels/$kver"
+	tmp=$(mktemp -d "$kernels/.dl.XXXXXX")
+	chown _apt "$tmp" 2>/dev/null || true
+	(cd "$tmp" && apt-get download -q "$img/$1" "$hdr/$1" "$common/$1" "$kbuild/$1" >/dev/null)
+	for d in "$tmp"/*.deb; do dpkg -x "$d" "$tmp/root"; done
+	sed -i "s|^include /usr/src/|include $kernels/$kver/usr/src/|" \
+		"$tmp/root/usr/src/linux-headers-$kver/Makefile"
+	ln -sfn "$kernels/$kver/usr/src/linux-headers-$kver" "$tmp/root/lib/modules/$kver/build"
+	ln -sfn "$kernels/$kver/usr/src/$common" "$tmp/root/lib/modules/$kver/source"
+	ln -sfn "lib/modules/$kver/build" "$tmp/root/build"
+	touch "$tmp/root/.complete"
+	rm -rf "$kernels/$kver"
+	mv "$tmp/root" "$kernels/$kver"
+	rm -rf "$tmp"
+}
+unpack_kernel bookworm
+unpack_kernel bookworm-backports
+
+# Debian 13's Linux 7.3 from trixie-backports, in its three amd64
+# flavours: generic, -rt (PREEMPT_RT) and -cloud.  Their images are
+# unpacked like the others (downloaded only: the host's apt pins
+# trixie-backports to -1); a 7.3 image is split into linux-base-KVER,
+# linux-binary-KVER (the vmlinuz) and linux-modules-KVER, installed under
+# /usr/lib/modules/KVER, which are laid out here as the others are
+# (boot/vmlinuz-KVER, lib/modules/KVER).  Their headers need Debian 13's
+# gcc-14 and kbuild: they are installed in the Debian 13 root
+# (scripts/trixie-root.sh), where the 7.3 modules are built; no 7.3 kernel
+# has a build/ here, so 6.12 stays the default guest kernel.
+unpack_kernel_13() { # flavour: amd64, rt-amd64, cloud-amd64
+	local suite=trixie-backports img kver tmp p pkgs d
+	img=$(dep_of $suite "linux-image-$1" linux-image-)
+	[ -n "$img" ] || { echo "setup.sh: no linux-image-$1 in $suite" >&2; exit 1; }
+	kver=${img#linux-image-}
+	if [ ! -e "$kernels/$kver/.complete" ]; then
+		pkgs=("$img/$suite")
+		for p in linux-base- linux-binary- linux-modules-; do
+			d=$(dep_of $suite "$img" "$p")
+			[ -z "$d" ] || pkgs+=("$d/$suite")
+		done
+		say "unpacking guest kernel $kver ($suite: ${pkgs[*]%/*}) into $kernels/$kver"
+		tmp=$(mktemp -d "$kernels/.dl.XXXXXX")
+		chown _apt "$tmp" 2>/dev/null || true
+		(cd "$tmp" && apt-get download -q "${pkgs[@]}" >/dev/null)
+		for d in "$tmp"/*.deb; do dpkg -x "$d" "$tmp/root"; done
+		if [ -d "$tmp/root/usr/lib/modules/$kver" ]; then
+			mkdir -p "$tmp/root/lib/modules"
+			mv "$tmp/root/usr/lib/modules/$kver" "$tmp/root/lib/modules/$kver"
+		fi
+		if [ -e "$tmp/root/lib/modules/$kver/vmlinuz" ]; then
+			mkdir -p "$tmp/root/boot"
+			mv "$tmp/root/lib/modules/$kver/vmlinuz" "$tmp/root/boot/vmlinuz-$kver"
+		fi
+		[ -e "$tmp/root/boot/vmlinuz-$kver" ] ||
+			{ echo "setup.sh: no vmlinuz in ${pkgs[*]}" >&2; exit 1; }
+		touch "$tmp/root/.complete"
+		rm -rf "$kernels/$kver"
+		mv "$tmp/root" "$kernels/$kver"
+		rm -rf "$tmp"
 	fi
+	root_pkgs+=("linux-headers-$kver/$suite")
+}
+root_pkgs=(gcc-14 make kmod)
+for f in amd64 rt-amd64 cloud-amd64; do
+	unpack_kernel_13 "$f"
 done
+bash "$(dirname "$0")/trixie-root.sh" make
+bash "$(dirname "$0")/trixie-root.sh" install "${root_pkgs[@]}"
 kver=$("$(dirname "$0")/guest-kver.sh")
 
 # libvirt 11.3 (Debian 13's, from bookworm-backports) for the libvirt test
@@ -162,7 +267,6 @@ fi
 # Debian packages used without being installed, kept in the machine-wide
 # cache (/var/cache/balloon-hint): each is pinned, and when the pinned
 # version has left the archive the current bookworm-backports one is taken.
-cache=${BH_CACHE:-/var/cache/balloon-hint}
 mkdir -p "$cache/debs"
 cached_deb() { # package, pinned version -> path of the .deb in the cache
 	local f tmp

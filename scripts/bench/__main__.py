@@ -3,12 +3,29 @@
 """make bench: what free page hinting saves a live migration, and what it
 costs.
 
-  scripts/bench [--stack 10.0] [--quick] [--repeats N] [--cells SPEC] ...
+  scripts/bench [--stack 10.0] [--quick] [--repeats N] [--cells SPEC]
+                [--dst-memory warm,cold] [--links 1,10,25,unlimited] ...
 
 A run measures one stack side by side with its stock pair: our QEMU and
 driver against Debian's QEMU of the same version with the in-tree driver of
 the same guest kernel (10.0 + Linux 6.12).  Our QEMU runs opted in to
 free-page-hint-keep-writes, as a fleet whose hosts all run it.
+
+Every timed cell names the destination's memory state and the link:
+  warm/cold   warm: the host's free memory made resident (touched and
+              freed outside QEMU) right before the destination starts, as
+              on two real hosts; cold: as the run before left it, as on a
+              nested host that takes freed memory back.  --dst-memory
+              (default warm,cold); a configuration's warm and cold runs
+              alternate in the run order.  --dst-prealloc (-mem-prealloc
+              on every destination) is a labelled extra on top.
+  link        the migration's max-bandwidth: N Gbit/s = N * 1e9 / 8
+              bytes/s, or unlimited.  --links (default: unlimited for
+              --quick and --cells; all of 1,10,25,unlimited for the full
+              matrix's link cells: a, b, r, d, d+r on stale and recent,
+              a, r, d, d+r on fresh, at 1, 4 and 8 GiB, 1 and 2 vCPUs).
+--cells takes both too: CFGS:WORKLOADS:MEMS:SMPS:DSTS:LINKS, e.g.
+'d,r:stale:1024:2:warm,cold:unlimited,10'.
 
 The matrix is scenarios.py's; each run goes through engine.py (one
 hb.migration.migrate_once() under a watchdog); report.py turns the runs into
@@ -36,6 +53,7 @@ sys.path.insert(0, HERE)
 from hb import env  # noqa: E402  pylint: disable=C0413
 from hb.env import (DEFAULT_STACK, STACKS,  # noqa: E402  pylint: disable=C0413
                     guest_kver, save_json)
+from hb.hostmem import DST_MEMORY  # noqa: E402  pylint: disable=C0413
 from hb.migration import PREALLOC_DST  # noqa: E402  pylint: disable=C0413
 from hb.vm import install_cleanup  # noqa: E402  pylint: disable=C0413
 from hb.workloads import DOWNTIME_LIMIT_MS  # noqa: E402  pylint: disable=C0413
@@ -62,14 +80,18 @@ def use_stack(stack, out=None):
 
 def estimate(cell, history):
     """Seconds one run of cell takes: observed mean of the same
-    (workload, size), else a size-based prior."""
-    wl, mem = cell.workload, cell.mem_mib
-    same = [h for (w, m, h) in history if w == wl and m == mem]
+    (workload, size, link), else a size-based prior (plus the guest's RAM
+    once over the link)."""
+    wl, mem, link = cell.workload, cell.mem_mib, cell.link_gbit
+    same = [h for (w, m, g, h) in history
+            if w == wl and m == mem and g == link]
     if same:
         return statistics.mean(same)
-    size = [h * 1024 / m for (w, m, h) in history if m]
+    size = [h * 1024 / m for (w, m, g, h) in history if m and g is None]
     base = statistics.mean(size) if size else 30.0
-    return base * (0.6 + 0.4 * mem / 1024)
+    bw = scenarios.link_bytes(link)
+    return base * (0.6 + 0.4 * mem / 1024) + \
+        ((mem << 20) / bw if bw else 0)
 
 
 def write_outputs(results):
@@ -88,21 +110,38 @@ def write_outputs(results):
 
 def main():
     install_cleanup()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stack", choices=sorted(STACKS),
                     default=DEFAULT_STACK,
                     help="the stack to measure against its stock pair "
                     f"(default {DEFAULT_STACK})")
     ap.add_argument("--quick", action="store_true",
-                    help="1 GiB, configs a b d, fresh+stale(+bw), r on "
-                    "stale, r and d on recent, 1 repeat")
+                    help="1 GiB: a b d r on fresh and stale, b d on "
+                    "stale+bw, r d on recent; warm and cold, unlimited "
+                    "link (or --links); 1 repeat")
     ap.add_argument("--repeats", type=int, default=None,
                     help="repeats of every cell (default 3, and "
                     f"{scenarios.COMPARE_REPEATS} for the comparison with "
                     "free page reporting and multifd; 1 with --quick)")
     ap.add_argument("--cells", default=None,
-                    help="CFGS:WORKLOADS:MEMS[:SMPS], e.g. "
-                    "'b,d:stale:1024,2048' or 'a,b,d:churn-all:4096:2'")
+                    help="CFGS:WORKLOADS:MEMS[:SMPS[:DSTS[:LINKS]]], "
+                    "';' between several, e.g. 'b,d:stale:1024,2048', "
+                    "'a,b,d:churn-all:4096:2' or "
+                    "'d,r:stale:1024:2:warm,cold:unlimited,10'; DSTS and "
+                    "LINKS default to --dst-memory and --links")
+    ap.add_argument("--dst-memory", default=",".join(DST_MEMORY),
+                    metavar="STATES",
+                    help="the destination's memory state(s), 'warm', "
+                    "'cold' or 'warm,cold' (default): warm = the host's "
+                    "free memory made resident right before the "
+                    "destination starts (hb.hostmem), cold = as left")
+    ap.add_argument("--links", default=None, metavar="GBITS",
+                    help="link speed(s) as the migration's max-bandwidth, "
+                    "Gbit/s or 'unlimited', e.g. '1,10,25,unlimited' "
+                    "(default: unlimited; the full matrix: all four for "
+                    "its link cells)")
     ap.add_argument("--budget-min", type=float, default=None,
                     help="stop starting runs after this many minutes")
     ap.add_argument("--only-report", action="store_true",
@@ -114,7 +153,8 @@ def main():
                     "so that a run keeps another's results")
     ap.add_argument("--dst-prealloc", action="store_true",
                     help="start every destination with -mem-prealloc, so "
-                    "the load writes into RAM that is already there")
+                    "the load writes into RAM that is already there (an "
+                    "extra on top of warm/cold, labelled in the tables)")
     ap.add_argument("--host-thp", choices=("always", "madvise", "never"),
                     help="set the host's transparent huge page mode for "
                     "the run (both QEMUs, every config); restored after; "
@@ -134,6 +174,20 @@ def main():
     if not 1 <= a.downtime_limit <= 2000000:
         ap.error("--downtime-limit must be 1..2000000 ms (QEMU takes up "
                  "to 2000 s)")
+    try:
+        dsts = scenarios.parse_dst_memory(a.dst_memory)
+        links = scenarios.parse_links(a.links) if a.links else None
+        if a.cells:
+            cells, mode = scenarios.parse_cells(
+                a.cells, dsts, links or [None]), "custom"
+        elif a.quick:
+            cells, mode = scenarios.quick_matrix(dsts, links or [None]), \
+                "quick"
+        else:
+            cells, mode = scenarios.full_matrix(
+                dsts, links or scenarios.LINKS), "full"
+    except ValueError as exc:
+        ap.error(str(exc))
     os.makedirs(OUT, exist_ok=True)
     os.makedirs(os.path.join(TOP, "build", "tmp"), exist_ok=True)
 
@@ -145,15 +199,6 @@ def main():
         log(f"wrote {TABLE} {' '.join(pngs)}")
         return 0
 
-    if a.cells:
-        try:
-            cells, mode = scenarios.parse_cells(a.cells), "custom"
-        except ValueError as exc:
-            ap.error(str(exc))
-    elif a.quick:
-        cells, mode = scenarios.quick_matrix(), "quick"
-    else:
-        cells, mode = scenarios.full_matrix(), "full"
     repeats = a.repeats or (1 if a.quick else 3)
     # the comparison with reporting and multifd: at least COMPARE_REPEATS
     # unless --repeats or --quick says otherwise
@@ -178,6 +223,10 @@ def main():
                 started=time.strftime("%Y-%m-%d %H:%M:%S"),
                 command=" ".join([sys.executable] + sys.argv),
                 cells=[list(c) for c in cells], dst_args=list(dst_args),
+                dst_memory=sorted({c.dst_memory for c in cells},
+                                  key=DST_MEMORY.index),
+                links=sorted({c.link_gbit for c in cells},
+                             key=scenarios.link_order),
                 downtime_limit_ms=a.downtime_limit,
                 host_tuned="; ".join(tuned) or None,
                 configs={k: v[4] for k, v in scenarios.CONFIGS.items()})
@@ -206,8 +255,7 @@ def main():
                 "skipped")
             meta["skipped_runs"] = [[*c, r] for c, r in left]
             break
-        log(f"run {i + 1}/{len(plan)}: config {cell.config} workload "
-            f"{cell.workload} {report._size(cell.mem_mib, cell.smp)} "
+        log(f"run {i + 1}/{len(plan)}: {scenarios.cell_name(cell)} "
             f"repeat {rep + 1}/{each[cell]} — {len(left) - 1} left after this, "
             f"ETA {eta / 60:.1f} min "
             f"(~{time.strftime('%H:%M', time.localtime(time.time() + eta))})")
@@ -220,7 +268,8 @@ def main():
             res["host_reported_mib"] = (host.reported_kib() - reported0) >> 10
         if tuned:
             res["host_tuned"] = meta["host_tuned"]
-        history.append((cell.workload, cell.mem_mib, res["wall_s"]))
+        history.append((cell.workload, cell.mem_mib, cell.link_gbit,
+                        res["wall_s"]))
         results["runs"].append(res)
         fg = report.figures(res)
         log(f"  -> {'ok' if res.get('ok') else 'FAIL'} "
@@ -229,6 +278,8 @@ def main():
                f" sent {fg.get('transferred_mb')} MB in "
                f"{fg.get('total_ms')} ms, downtime {fg.get('downtime_ms')} "
                "ms")
+            + (f", warmed {res['dst_warm_mib']} MiB first"
+               if "dst_warm_mib" in res else "")
             + (f", hinted {fg['hinted_mb']} MB" if "hinted_mb" in fg else "")
             + (f", settled in {fg['settle_s']} s" if "settle_s" in fg else "")
             + (f", file {fg['file_mb']} MB, restored in "

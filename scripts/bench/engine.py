@@ -4,7 +4,8 @@ watchdog, with the in-guest probes the report needs: a poll of the hint
 round counters, and for "stale+bw" a memory-bandwidth probe.  With free
 page reporting, the wait for it to settle (settle_reporting()); "recent"
 frees its stale data right before the migration; "reuse" migrates
-nothing (reuse_once())."""
+nothing (reuse_once()).  The cell's destination memory state and link go
+to migrate_once() as dst_memory and max_bandwidth."""
 import os
 import shutil
 import tempfile
@@ -52,8 +53,9 @@ def make_hooks(workload, balloon, settle=False, multifd=False, stale_mib=0,
                seed=0):
     """on_source_ready / before_migrate / on_destination hooks for one
     run.  settle: wait for free page reporting to settle before the
-    migration; multifd: record the source's zero-page-detection;
-    stale_mib, seed: "recent"'s stale data."""
+    destination starts (and its memory is warmed); multifd: record the
+    source's zero-page-detection; stale_mib, seed: "recent"'s stale data,
+    freed right before the migration starts (after any warming)."""
 
     def on_source_ready(vm, res):
         if workload == "recent":
@@ -78,6 +80,13 @@ def make_hooks(workload, balloon, settle=False, multifd=False, stale_mib=0,
             # one slice before the migration starts
             wait_guest(vm.guest, "grep -q '^T ' /tmp/bw.out",
                        "no bandwidth slice")
+        if settle:
+            # Here, before the destination starts, not in before_migrate():
+            # a warm destination's memory is made resident right before
+            # the destination starts (hb.hostmem), and this host hands
+            # freed memory back to its own host within seconds, so a
+            # settle between the two would leave it cold again.
+            res["settle"] = settle_reporting(vm)
         _, out = vm.guest.run("cut -d' ' -f1 /proc/uptime", check=False)
         try:
             res["guest_uptime_at_migrate"] = float(out[0])
@@ -85,8 +94,6 @@ def make_hooks(workload, balloon, settle=False, multifd=False, stale_mib=0,
             pass
 
     def before_migrate(src, _dst, res):
-        if settle:
-            res["settle"] = settle_reporting(src)
         if workload == "recent":
             # one command: free the stale data and read what is free; the
             # migration starts as soon as it returns
@@ -128,6 +135,10 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
     # command times out: end it once a kernel error has stayed on a
     # console for KERNEL_ERR_GRACE_S.
     limit = 240 + 60 * (cell.mem_mib // 1024)
+    max_bw = scenarios.link_bytes(cell.link_gbit)
+    if max_bw:
+        # the whole guest twice over the link, every hop
+        limit += 2 * sc.hops * (cell.mem_mib << 20) // max_bw
     if settle:
         limit += SETTLE_MAX_S
     if cell.workload == "reuse":
@@ -167,7 +178,8 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
                 timeout=limit, on_source_ready=src_ready,
                 on_destination=on_dst, dst_args=dst_args,
                 before_migrate=before_mig, multifd_channels=multifd,
-                to_file=cell.workload == "snapshot")
+                to_file=cell.workload == "snapshot",
+                dst_memory=cell.dst_memory, max_bandwidth=max_bw)
     finally:
         stop.set()
         timer.join(5)
