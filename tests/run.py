@@ -37,10 +37,25 @@ A test tagged `each_stack` runs once per supported stack (today one: QEMU
 10.0 with Linux 6.12), as NAME[10.0]; every other test runs on the default
 stack (HB_STACK, else 10.0).
 
+A test tagged `cloud_kernel` (the kernel subset: boots, a hinted
+migration in each mode, the data-loss subset) also runs on Debian 13's
+Linux 7.3 guests, generic, PREEMPT_RT and -cloud, as NAME[7.3],
+NAME[7.3-rt] and NAME[7.3-cloud] (HB_GUEST set to the series, so the
+harness boots that kernel and its test image).  With
+HB_KERNEL_MATRIX=full (`make kernels`) every test tagged `each_kernel`
+runs on 7.3 and 7.3-rt.  On the debug kernel (scripts/debug-kernel.sh:
+KASAN, lockdep, ...) a test tagged `debug_kernel` runs as
+NAME[7.3-hbdebug] (HB_KERNEL_MATRIX=full: every `each_kernel` test), and
+one tagged `debug_only` there alone.  Those runs are selected when the
+kernel is on this machine (scripts/guest-kver.sh finds it).
+Every verdict line and record names the guest kernel the test ran on.
+
   run.py                     all tests
   run.py --tag reliability   only tests carrying a tag
   run.py -k migrate          only tests whose name contains a string
+  run.py -k a -k b           only tests whose name contains either
   run.py -k '[10.0]'         only the 10.0 runs of the each_stack tests
+  run.py -k '[7.3-rt]'       only the runs on Linux 7.3-rt
 """
 import argparse
 import ctypes
@@ -48,6 +63,7 @@ import importlib.util
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,6 +77,8 @@ from hb.vm import (SANITIZER_REPORTS, STOCK_CRASHES, end_all,  # noqa: E402
                    ending_hard)
 
 DEFAULT_TIMEOUT_S = 1200
+# Where tests make their work folders (hb.rigs.tmpdir() and the like).
+SCRATCH = os.path.join(env.BUILD, "tmp")
 # SIGTERM to a stopped test, then SIGKILL this many seconds later.
 GRACE_S = float(os.environ.get("HB_GRACE_S", "10"))
 # The registered cleanups of one test, all together, at most.
@@ -70,6 +88,41 @@ PR_SET_CHILD_SUBREAPER = 36
 _STOP = []              # the stop signals the runner got, in order
 EACH_STACK_TAG = "each_stack"
 STACKS = ("10.0",)
+# Guest kernels besides the stack's own: (tag, series)
+# `make check` runs the subset (tagged cloud_kernel) on every 7.3 flavour,
+# to stay within its time; `make kernels` (HB_KERNEL_MATRIX=full) runs
+# every each_kernel test on 7.3 and 7.3-rt.
+# The debug kernel (KASAN and lockdep under TCG), once built: `make check`
+# and HB_KERNEL_MATRIX=debug (`make debug-check`, that alone) run the
+# subset tagged debug_kernel (a round in each mode, offline during a walk,
+# suspend, a fault, bad input, migrations with churn) and the detectors
+# tagged debug_only there; `make kernels` every each_kernel test and the
+# detectors.
+_MATRIX = os.environ.get("HB_KERNEL_MATRIX", "")
+_MATRIX_7_3 = "each_kernel" if _MATRIX == "full" else "cloud_kernel"
+_MATRIX_DEBUG = ("each_kernel", "debug_only") if _MATRIX == "full" else \
+    ("debug_kernel", "debug_only")
+KERNEL_RUNS = ((_MATRIX_7_3, "7.3"), (_MATRIX_7_3, "7.3-rt"),
+               ("cloud_kernel", "7.3-cloud")) + \
+    tuple((t, "7.3-hbdebug") for t in _MATRIX_DEBUG)
+_KVERS = {}
+
+
+def _kver(series, stack=None):
+    """The guest kernel a run of (series, stack) boots; None when this
+    machine has none of that series."""
+    key = (series, stack)
+    if key not in _KVERS:
+        if not series and stack:
+            series = env.STACKS[stack]["guest"]
+        try:
+            _KVERS[key] = (subprocess.check_output(
+                [os.path.join(env.TOP, "scripts", "guest-kver.sh"), series],
+                text=True, stderr=subprocess.DEVNULL).strip()
+                if series else env.guest_kver())
+        except (OSError, subprocess.CalledProcessError):
+            _KVERS[key] = None
+    return _KVERS[key]
 
 
 def load_tests(where=HERE):
@@ -295,10 +348,10 @@ def _reference_verdict(facts):
             "runs not ok (recorded, not asserted)")
 
 
-def _child(name, f, stack, wfd, cfd):
+def _child(name, f, stack, wfd, cfd, series=None):
     """Run one test in this (forked) process, on `stack` (None: the
-    default one), note its cleanups in cfd, and write its outcome to wfd
-    as one JSON object."""
+    default one) and guest kernel `series` (None: the stack's), note its
+    cleanups in cfd, and write its outcome to wfd as one JSON object."""
     testlib.CURRENT.reset(name)
     testlib.record_cleanups_to(cfd)
     for s in STOP_SIGNALS:
@@ -306,6 +359,8 @@ def _child(name, f, stack, wfd, cfd):
     try:
         if stack:
             env.use_stack(stack)
+        if series:
+            os.environ["HB_GUEST"] = series
         f()
         verdict, msg = "passed", ""
         if getattr(f, "reference", False):
@@ -361,15 +416,26 @@ def _run_cleanups(name, blobs):
         return ["the cleanup process died without a report"]
 
 
-def run_one(name, f, limit, stack=None):
+def _scratch():
+    """What the scratch folder, where tests make their work folders, holds
+    now."""
+    try:
+        return set(os.listdir(SCRATCH))
+    except FileNotFoundError:
+        return set()
+
+
+def run_one(name, f, limit, stack=None, series=None):
     """Run the test in a child process, in a process group of its own, for
     at most `limit` seconds or until the runner is stopped; end everything
     it started; call the cleanups it left.  Returns (verdict, message,
     facts, channel)."""
     cfd, cpath = tempfile.mkstemp(prefix="hb-cleanups-")
     os.unlink(cpath)
+    scratch_before = _scratch()
     try:
-        pid, rfd = _spawn(lambda wfd: _child(name, f, stack, wfd, cfd))
+        pid, rfd = _spawn(lambda wfd: _child(name, f, stack, wfd, cfd,
+                                             series))
         data, why = _collect(pid, rfd, limit)
         # Whatever the outcome, nothing the test started survives it (a
         # stopped test's group had its SIGTERM and grace period already).
@@ -397,6 +463,13 @@ def run_one(name, f, limit, stack=None):
             verdict = "failed"
         msg = (msg + "; " if msg else "") + "cleanup failed: " + \
             "; ".join(errors)
+    # A test that did not fail leaves nothing in the scratch folder (one
+    # that failed keeps its work folder, which its message names).
+    left = sorted(_scratch() - scratch_before)
+    if left and verdict in ("passed", "skipped", "reference"):
+        verdict = "failed"
+        msg = (msg + "; " if msg else "") + "left behind in " + \
+            f"{SCRATCH}: {', '.join(left)}"
     rec = rec or {}
     return verdict, msg, rec.get("facts") or {}, rec.get("channel")
 
@@ -406,7 +479,9 @@ def main():
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tag", action="append", default=[])
     ap.add_argument("--skip-tag", action="append", default=[])
-    ap.add_argument("-k", dest="substr", default=None)
+    ap.add_argument("-k", dest="substr", action="append", default=[],
+                    help="only tests whose name contains this string "
+                    "(repeated: any of them)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--dir", default=HERE,
                     help="where the test_*.py files are (default: tests/)")
@@ -428,10 +503,15 @@ def main():
             continue
         runs = ([(f"{name}[{st}]", st) for st in STACKS]
                 if EACH_STACK_TAG in tags else [(name, None)])
-        for run_name, stack in runs:
-            if a.substr and a.substr not in run_name:
+        runs = [(n, st, None) for n, st in runs
+                if "debug_only" not in tags] + [
+            (f"{n}[{se}]", st, se) for n, st in runs
+            for ktag, se in KERNEL_RUNS
+            if ktag in tags and _kver(se, st)]
+        for run_name, stack, series in runs:
+            if a.substr and not any(k in run_name for k in a.substr):
                 continue
-            selected.append((run_name, f, tags, stack))
+            selected.append((run_name, f, tags, stack, series))
     if not selected:
         print(f"run.py: no test selected by {' '.join(sys.argv[1:])!r} "
               f"in {a.dir}; tags known there: "
@@ -439,7 +519,7 @@ def main():
               flush=True)
         return 2
     if a.list:
-        for name, f, tags, _ in selected:
+        for name, f, tags, *_ in selected:
             limit = getattr(f, "timeout_s", DEFAULT_TIMEOUT_S)
             print(f"{name}  [{','.join(sorted(tags))}] {limit}s")
         return 0
@@ -449,14 +529,15 @@ def main():
     channel = {"resent": 0, "damaged": 0, "unacked": 0}
     not_run = []
     t_all = time.time()
-    for i, (name, f, tags, stack) in enumerate(selected, 1):
+    for i, (name, f, tags, stack, series) in enumerate(selected, 1):
         if _STOP:
             not_run = [n for n, *_ in selected[i - 1:]]
             break
         print(f"[{i}/{len(selected)}] {name} ...", flush=True)
         t0 = time.time()
         limit = getattr(f, "timeout_s", DEFAULT_TIMEOUT_S)
-        verdict, msg, facts, ch = run_one(name, f, limit, stack)
+        verdict, msg, facts, ch = run_one(name, f, limit, stack, series)
+        kver = _kver(series, stack) or "none"
         for k, v in (ch or {}).items():
             channel[k] = channel.get(k, 0) + v
         dt = time.time() - t0
@@ -464,9 +545,10 @@ def main():
                else verdict] += 1
         rec = {"name": name, "verdict": verdict, "message": msg,
                "seconds": round(dt, 1), "tags": sorted(tags),
-               "timeout_s": limit, "facts": facts}
+               "timeout_s": limit, "facts": facts, "guest_kernel": kver}
         results.append(rec)
-        print(f"[{i}/{len(selected)}] {name} {verdict.upper()} ({dt:.1f}s)"
+        print(f"[{i}/{len(selected)}] {name} {verdict.upper()} ({dt:.1f}s, "
+              f"guest {kver})"
               + (f": {msg}" if msg else ""), flush=True)
     stopped = signal.Signals(_STOP[0]).name if _STOP else None
     summary = testlib.summary(results)

@@ -4,9 +4,11 @@ counts as failed and loses every process it started; the closing line
 counts passes, failures and skips.  SIGTERM to the runner stops the running
 test, kills what it started, runs its registered cleanups and still writes
 the results and closing lines; selecting no test fails; reference tests
-get their own verdict; a sanitizer report fails a passing test.  And the
+get their own verdict; a sanitizer report, or a work folder left in the
+scratch folder, fails a passing test.  And the
 harness: its gdb's detach leaves no QEMU
 stopped, a QMP call to a QEMU that never answers times out."""
+import glob
 import json
 import os
 import signal
@@ -220,12 +222,14 @@ def test_runner_sigterm_stops_the_test_and_cleans_up():
 @timeout(60)
 def test_runner_fails_when_no_test_is_selected():
     """A --tag or -k that selects nothing (a typo in `make check TAG=`)
-    fails with a message, and writes no results."""
+    fails with a message, and writes no results; -k repeated selects the
+    tests any of them matches."""
     d = tempfile.mkdtemp(prefix="hb-runner-")
     try:
         with open(os.path.join(d, "test_fixture.py"), "w") as f:
             f.write("from hb.testlib import tag\n\n\n@tag('real')\n"
-                    "def test_passes():\n    pass\n")
+                    "def test_passes():\n    pass\n\n\n"
+                    "def test_also():\n    pass\n")
         for args in (["--tag", "no-such-tag"], ["-k", "no_such_test"],
                      ["--tag", "no-such-tag", "--list"]):
             p = _runner(d, *args)
@@ -233,6 +237,15 @@ def test_runner_fails_when_no_test_is_selected():
             assert p.returncode == 2, (args, p.returncode, out, err)
             assert "no test selected" in err and "real" in err, (args, err)
         assert not os.path.exists(os.path.join(d, "check.json"))
+        # -k repeated selects the tests that match any of them
+        for args, want in ((["-k", "test_passes"], ["test_passes"]),
+                           (["-k", "test_passes", "-k", "test_also"],
+                            ["test_also", "test_passes"])):
+            p = _runner(d, *args, "--list")
+            out, err = _finish(p, d, 50)
+            got = sorted(ln.split()[0].split(".")[1]
+                         for ln in out.splitlines() if ln.strip())
+            assert p.returncode == 0 and got == want, (args, out, err)
         p = _runner(d, "--tag", "real")
         out, err = _finish(p, d, 50)
         assert p.returncode == 0, (out, err)
@@ -243,6 +256,7 @@ def test_runner_fails_when_no_test_is_selected():
 VERDICT_FIXTURE = '''
 from hb.testlib import (CURRENT, cleanup, record_reference, reference,
                         run_cleanup)
+from hb.rigs import tmpdir
 from hb.vm import SANITIZER_REPORTS
 
 
@@ -286,6 +300,10 @@ def test_sanitizer_report_fails_a_passing_test():
     # what VM.end() records of a QEMU that printed a sanitizer report
     SANITIZER_REPORTS.append({{"vm": "fake", "lines": [
         "==1==ERROR: LeakSanitizer: detected memory leaks"]}})
+
+
+def test_leaves_its_work_folder():
+    tmpdir({leftover!r})
 '''
 
 
@@ -297,12 +315,15 @@ def test_reference_verdict_and_cleanups():
     on our side (a harness exception in the record), or that recorded
     nothing, fails.  A cleanup the test ran itself is not run again; the
     runner runs the others; a cleanup that fails fails the test.  So does
-    a sanitizer report of a QEMU the test ended (make check SANITIZE=1)."""
+    a sanitizer report of a QEMU the test ended (make check SANITIZE=1),
+    and so does a work folder it left in the scratch folder."""
     d = tempfile.mkdtemp(prefix="hb-runner-")
     log = os.path.join(d, "log")
+    leftover = f"runner-fixture-{os.getpid()}"
+    left_glob = os.path.join(TOP, "build", "tmp", f"hb-rel-{leftover}-*")
     try:
         with open(os.path.join(d, "test_fixture.py"), "w") as f:
-            f.write(VERDICT_FIXTURE.format(log=log))
+            f.write(VERDICT_FIXTURE.format(log=log, leftover=leftover))
         p = _runner(d)
         out, err = _finish(p, d, 100)
         lines = out.strip().splitlines()
@@ -315,7 +336,8 @@ def test_reference_verdict_and_cleanups():
             "test_ref_recorded_nothing": "FAILED",
             "test_cleanup_run_by_the_test_and_by_the_runner": "PASSED",
             "test_cleanup_error_fails_a_passing_test": "FAILED",
-            "test_sanitizer_report_fails_a_passing_test": "FAILED"}, out
+            "test_sanitizer_report_fails_a_passing_test": "FAILED",
+            "test_leaves_its_work_folder": "FAILED"}, out
         assert "1 of 2 stock runs not ok" in out, out
         assert "broke on our side" in out and "TypeError" in out, out
         assert "recorded no reference run" in out, out
@@ -325,10 +347,14 @@ def test_reference_verdict_and_cleanups():
         with open(log) as f:
             assert f.read() == "by-the-test\nby-the-runner\n"
         assert lines[-2] == "1 reference (recorded, not asserted)", out
-        assert lines[-1] == "1 passed, 4 failed", out
+        left = glob.glob(left_glob)
+        assert len(left) == 1, left
+        assert f"left behind in {os.path.dirname(left[0])}: " \
+            f"{os.path.basename(left[0])}" in out, out
+        assert lines[-1] == "1 passed, 5 failed", out
         assert p.returncode == 1, (p.returncode, out, err)
     finally:
-        subprocess.call(["rm", "-rf", d])
+        subprocess.call(["rm", "-rf", d, *glob.glob(left_glob)])
 
 
 # A QEMU that greets on its QMP socket, accepts qmp_capabilities and then
@@ -389,3 +415,62 @@ def test_qmp_call_to_a_hung_qemu_times_out():
     finally:
         vm.kill()
         subprocess.call(["rm", "-rf", d])
+
+
+KERNEL_FIXTURE = '''
+import os
+from hb.testlib import tag
+
+
+@tag("each_kernel", "cloud_kernel")
+def test_on_every_kernel():
+    with open({log!r}, "a") as f:
+        f.write(os.environ.get("HB_GUEST", "-") + "\\n")
+
+
+def test_default_kernel_only():
+    assert not os.environ.get("HB_GUEST")
+'''
+
+
+@tag("runner")
+@timeout(60)
+def test_runner_runs_each_kernel_tests_on_every_guest_kernel():
+    """A test tagged each_kernel (cloud_kernel) also runs on each 7.3
+    guest kernel this machine has (generic, -rt; -cloud), as NAME[7.3]
+    and so on, with HB_GUEST set to the series; a kernel the machine lacks
+    (here the debug kernel) gets no run; every verdict line and record
+    names the kernel.  The machine is a fake kernel cache (BH_CACHE)."""
+    d = tempfile.mkdtemp(prefix="hb-runner-")
+    log = os.path.join(d, "log")
+    cache = os.path.join(d, "cache")
+    kvers = ("6.12.95+deb12-amd64", "7.3.4+deb13-amd64",
+             "7.3.4+deb13-rt-amd64", "7.3.4+deb13-cloud-amd64")
+    try:
+        for k in kvers:
+            os.makedirs(os.path.join(cache, "kernels", k, "boot"))
+            open(os.path.join(cache, "kernels", k, "boot",
+                              f"vmlinuz-{k}"), "w").close()
+        with open(os.path.join(d, "test_fixture.py"), "w") as f:
+            f.write(KERNEL_FIXTURE.format(log=log))
+        e = dict(os.environ, BH_CACHE=cache)
+        e.pop("HB_GUEST", None)
+        e.pop("KVER", None)
+        p = _runner(d, env=e)
+        out, err = _finish(p, d, 50)
+        assert p.returncode == 0, (out, err)
+        with open(log) as f:
+            assert f.read().split() == ["-", "7.3", "7.3-rt", "7.3-cloud"]
+        with open(os.path.join(d, "check.json")) as f:
+            res = json.load(f)["results"]
+        got = {r["name"].split(".", 1)[1]: r["guest_kernel"] for r in res}
+        assert got == {
+            "test_on_every_kernel": kvers[0],
+            "test_on_every_kernel[7.3]": kvers[1],
+            "test_on_every_kernel[7.3-rt]": kvers[2],
+            "test_on_every_kernel[7.3-cloud]": kvers[3],
+            "test_default_kernel_only": kvers[0]}, got
+        for name, k in got.items():
+            assert f"{name} PASSED" in out and f"guest {k})" in out, out
+    finally:
+        subprocess.run(["rm", "-rf", d], check=False)

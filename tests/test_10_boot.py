@@ -30,12 +30,12 @@ def _boot(qemu, balloon):
     shutil.rmtree(d)    # kept for a look when the test failed
 
 
-@tag("boot")
+@tag("boot", "each_kernel", "cloud_kernel")
 def test_boot_stock_qemu_intree_driver():
     _boot("stock", "intree")
 
 
-@tag("boot")
+@tag("boot", "each_kernel", "cloud_kernel")
 def test_boot_our_qemu_our_driver():
     _boot("ours", "ours")
 

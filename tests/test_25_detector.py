@@ -25,8 +25,9 @@ from hb.channel import GuestError, SetupError
 from hb.migration import wait_migration
 from hb.rigs import BootedGuest, tmpdir
 from hb.testlib import (FLOOR_FACTOR, HINT_COVERAGE, Skip, assert_hinted,
-                        assert_intact, drop_workdir, hint_figures, migrate,
-                        need_ours, our_qemu, record_reference, tag)
+                        assert_intact, assert_not_intact, drop_workdir,
+                        hint_figures, migrate, need_ours, our_qemu,
+                        record_reference, tag)
 from hb.vm import SANITIZER_REPORTS, STOCK_CRASHES, VM, live_vms
 from hb.workloads import HBWORK_PIDS, Scenario, prepare_guest, wait_guest
 
@@ -38,14 +39,6 @@ def _run(label, **kw):
     need_ours()
     return migrate(label, src_bin=our_qemu(), balloon="ours", hint=True,
                    scenario=Scenario("stale", mem_mib=MEM), **kw)
-
-
-def _fails_intact(res, what):
-    """assert_intact(res) must fail; returns its message and drops the
-    run's work folder."""
-    msg = _fails(assert_intact, what, res, what)
-    drop_workdir(res)
-    return msg
 
 
 def _kmsg(vm, text):
@@ -118,7 +111,7 @@ def test_detector_one_flipped_byte_on_destination_is_damage():
     assert any("detector self-test" in ln
                for ln in res["src_console_errors"]), res["src_console_errors"]
     assert res["ok"] is False
-    _fails_intact(res, "one flipped byte")
+    assert_not_intact(res, "one flipped byte")
 
 
 @tag("migrate", "detector")
@@ -136,7 +129,7 @@ def test_detector_kernel_error_on_destination_console():
         res["kernel_errors"]
     assert not res["src_console_errors"], res["src_console_errors"]
     assert res["ok"] is False
-    msg = _fails_intact(res, "a destination kernel error")
+    msg = assert_not_intact(res, "a destination kernel error")
     assert "destination kernel errors" in msg, msg
     # the hinting check fails on a round in the other mode
     try:
@@ -271,7 +264,7 @@ def test_detector_destination_kernel_crash():
     assert res["status"] == "completed", res.get("error")
     assert not res["ok"]
     assert res["kernel_errors"], "detector saw no kernel error"
-    _fails_intact(res, "a crashed destination")
+    assert_not_intact(res, "a crashed destination")
 
 
 @tag("migrate", "detector")
@@ -287,7 +280,7 @@ def test_detector_damaged_hold_region_is_damage():
     hold = res["verify"]["hold"]
     assert hold and hold.get("ok") == 0 and hold.get("bad_pages") == 1, hold
     assert res["data_intact"] is False, res["verify"]
-    msg = _fails_intact(res, "a damaged hold region")
+    msg = assert_not_intact(res, "a damaged hold region")
     assert "guest data not intact" in msg, msg
 
 
@@ -309,7 +302,7 @@ def test_detector_damaged_churn_buffers_are_damage():
         churn
     assert res["verify"].get("churn_bad_pages"), res["verify"]
     assert res["data_intact"] is False, res["verify"]
-    msg = _fails_intact(res, "damaged churn buffers")
+    msg = assert_not_intact(res, "damaged churn buffers")
     assert "guest data not intact" in msg, msg
 
 
@@ -333,7 +326,7 @@ def test_detector_kernel_error_on_the_source_console_alone():
     assert any(line in ln for ln in res["src_console_errors"]), \
         res["src_console_errors"]
     assert res["ok"] is False
-    msg = _fails_intact(res, "a kernel error on the source console")
+    msg = assert_not_intact(res, "a kernel error on the source console")
     assert "source kernel errors" in msg, msg
 
 
@@ -356,7 +349,7 @@ def test_detector_qemu_stderr_error_fails_the_run():
     assert any("Failed to connect" in ln for ln in errs), res["qemu_errors"]
     assert not res["qemu_errors"]["dst"], res["qemu_errors"]
     assert res["ok"] is False
-    msg = _fails_intact(res, "an error in the source QEMU's stderr")
+    msg = assert_not_intact(res, "an error in the source QEMU's stderr")
     assert "QEMU stderr reports errors" in msg, msg
 
 

@@ -28,7 +28,8 @@ from hb.vm import device_counters
 from hb.workloads import Scenario
 
 
-@tag("reliability", "faults", "sanitize", "each_stack")
+@tag("reliability", "faults", "sanitize", "each_stack", "each_kernel",
+     "debug_kernel")
 def test_cancel_during_round_then_migrate_again():
     """migrate_cancel twice (during the pre-send wait while the guest is
     still hinting, then while it holds the round); memory comes back each
@@ -55,7 +56,7 @@ def test_cancel_during_round_then_migrate_again():
         final_migration(rig, "after cancel")
 
 
-@tag("reliability", "faults", "sanitize", "each_stack")
+@tag("reliability", "faults", "sanitize", "each_stack", "each_kernel")
 def test_destination_killed_mid_migration():
     """SIGKILL the destination QEMU while the source guest holds a round:
     the migration fails, the source keeps running and gets every hinted
@@ -103,7 +104,7 @@ def test_system_reset_during_round():
         final_migration(rig, "after system_reset")
 
 
-@tag("reliability", "faults", "sanitize", "each_stack")
+@tag("reliability", "faults", "sanitize", "each_stack", "each_kernel")
 def test_rmmod_during_round():
     """rmmod virtio_balloon while it holds a round: no crash, every held
     block freed (MemFree back); reload it and hint again."""
@@ -130,7 +131,7 @@ def test_rmmod_during_round():
         final_migration(rig, "after rmmod/insmod")
 
 
-@tag("reliability", "faults", "sanitize", "each_stack")
+@tag("reliability", "faults", "sanitize", "each_stack", "each_kernel")
 def test_memory_pressure_during_round():
     """hbwork pressure while the guest holds nearly all free memory in a
     round: the shrinker hands acked blocks back, nothing is OOM-killed,
@@ -256,8 +257,9 @@ def test_done_frees_chains_the_device_returns_late():
     bottom half is held by gdb, before free_page_lock): the driver frees
     the acked blocks, and the held ones as soon as the device gives them
     back, however late (here 14 s after DONE; the driver used to retry for
-    ~10 s and then keep them until the next round or a reset).  Then a
-    full migration hints and keeps the data."""
+    ~10 s and then keep them until the next round or a reset).  DONE is
+    sent only once the bottom half has stopped at the gate with a batch.
+    Then a full migration hints and keeps the data."""
     need_ours()
     with Rig("lateback", balloon_args=HELD) as rig:
         rig.boot()
@@ -275,6 +277,10 @@ def test_done_frees_chains_the_device_returns_late():
                     break
                 assert time.time() < deadline, f"no chain in flight: {s}"
                 time.sleep(0.5)
+            # the premise: the device holds a batch of this round's hints
+            # (a chain the guest queued but the device had not popped yet
+            # would come back at DONE as stale, without the iothread)
+            gate.wait_hit()
             rig.cancel()                  # CLEANUP: DONE to the guest
             time.sleep(14)
             s = rig.stats()
@@ -378,7 +384,7 @@ def test_round_ends_after_a_legacy_driver_drops_the_feature():
 @tag("reliability", "faults", "sanitize", "each_stack")
 def test_postcopy_with_hinting():
     """postcopy-ram on both sides, hinting opted in for it
-    (free-page-hint-postcopy=on; off by default, as stock turns hinting
+    (x-free-page-hint-postcopy=on; off by default, as stock turns hinting
     off with postcopy-ram): the round runs in the precopy phase, migrate-start-postcopy switches over
     while most of RAM is unsent, and the destination runs (the ticker
     re-reads its data every 2 s) while the rest arrives.  Hinted pages are
@@ -388,7 +394,7 @@ def test_postcopy_with_hinting():
     for driver, args in (("ours", ""), ("intree", "")):
         res = migrate(f"postcopy-{driver}", src_bin=our_qemu(),
                       balloon=driver, hint=True, balloon_args=args,
-                      device_props="free-page-hint-postcopy=on",
+                      device_props="x-free-page-hint-postcopy=on",
                       scenario=Scenario("stale", mem_mib=MEM,
                                         postcopy_after_s=3))
         assert_intact(res, f"postcopy, {driver} driver")

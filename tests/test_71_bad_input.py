@@ -37,7 +37,7 @@ def _write_knob(vm, knob, value):
     return write_sysfs(vm, f"{KNOB_DIR}/{knob}", value)
 
 
-@tag("reliability", "bad_input", "sanitize", "each_stack")
+@tag("reliability", "bad_input", "sanitize", "each_stack", "each_kernel")
 def test_sysfs_knobs_reject_bad_values():
     """Every knob: empty, non-numeric, negative, zero (where out of range),
     huge, out-of-range, trailing garbage -> EINVAL, value unchanged; valid
@@ -143,7 +143,8 @@ def _bad_hints(label, groups):
             assert rig.vm.machine.is_running()
 
 
-@tag("reliability", "bad_input", "sanitize", "each_stack")
+@tag("reliability", "bad_input", "sanitize", "each_stack", "each_kernel",
+     "debug_kernel")
 def test_malformed_hints_are_ignored_and_counted():
     """Our driver with fault_inject=1 sends out-of-RAM, misaligned and
     oversized-chain hints in one migration's first round, then a stale
@@ -154,7 +155,7 @@ def test_malformed_hints_are_ignored_and_counted():
                             ("stale_id",)])
 
 
-@tag("reliability", "bad_input", "sanitize", "each_stack")
+@tag("reliability", "bad_input", "sanitize", "each_stack", "each_kernel")
 def test_zero_length_hint_is_ignored_and_counted():
     """The same for a zero-length hint (`zero_len`)."""
     _bad_hints("zerolen", [("zero_len",)])

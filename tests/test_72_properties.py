@@ -18,14 +18,14 @@ def _qemu_cmdline(binary, device):
 
 
 BAD_PROPS = [
-    ("free-page-hint-wait-ms=60001", "free-page-hint-wait-ms"),
-    ("free-page-hint-wait-ms=4294967296", "free-page-hint-wait-ms"),
-    ("free-page-hint-wait-ms=-1", "free-page-hint-wait-ms"),
-    ("free-page-hint-wait-ms=abc", "free-page-hint-wait-ms"),
-    ("free-page-hint-batch-max=0", "free-page-hint-batch-max"),
-    ("free-page-hint-batch-max=1025", "free-page-hint-batch-max"),
-    ("free-page-hint-batch-max=x1", "free-page-hint-batch-max"),
-    ("free-page-hint-postcopy=maybe", "free-page-hint-postcopy"),
+    ("x-free-page-hint-wait-ms=60001", "x-free-page-hint-wait-ms"),
+    ("x-free-page-hint-wait-ms=4294967296", "x-free-page-hint-wait-ms"),
+    ("x-free-page-hint-wait-ms=-1", "x-free-page-hint-wait-ms"),
+    ("x-free-page-hint-wait-ms=abc", "x-free-page-hint-wait-ms"),
+    ("x-free-page-hint-batch-max=0", "x-free-page-hint-batch-max"),
+    ("x-free-page-hint-batch-max=1025", "x-free-page-hint-batch-max"),
+    ("x-free-page-hint-batch-max=x1", "x-free-page-hint-batch-max"),
+    ("x-free-page-hint-postcopy=maybe", "x-free-page-hint-postcopy"),
     ("x-free-page-hint-stats=1", "x-free-page-hint-stats"),
     ("iothread=nosuch", "nosuch"),
 ]
@@ -51,9 +51,9 @@ def test_invalid_device_properties_on_command_line():
         if p.returncode == 0 or word not in p.stderr:
             problems.append((prop, p.returncode, p.stderr.strip()[:200]))
     # valid boundaries must start (QEMU still running after 3 s)
-    for prop in ("free-page-hint-wait-ms=60000", "free-page-hint-wait-ms=0",
-                 "free-page-hint-batch-max=1",
-                 "free-page-hint-batch-max=1024"):
+    for prop in ("x-free-page-hint-wait-ms=60000", "x-free-page-hint-wait-ms=0",
+                 "x-free-page-hint-batch-max=1",
+                 "x-free-page-hint-batch-max=1024"):
         p = subprocess.Popen(_qemu_cmdline(qemu, base + "," + prop),
                              stderr=subprocess.PIPE, text=True)
         try:
@@ -79,12 +79,12 @@ def test_invalid_device_properties_via_qom_set():
         paths = ["/machine/peripheral/balloon0",
                  "/machine/peripheral/balloon0/virtio-backend"]
         for path in paths:
-            for prop, val in [("free-page-hint-wait-ms", 60001),
-                              ("free-page-hint-wait-ms", 5),
-                              ("free-page-hint-wait-ms", "abc"),
-                              ("free-page-hint-batch-max", 0),
-                              ("free-page-hint-batch-max", 2048),
-                              ("free-page-hint-postcopy", "maybe"),
+            for prop, val in [("x-free-page-hint-wait-ms", 60001),
+                              ("x-free-page-hint-wait-ms", 5),
+                              ("x-free-page-hint-wait-ms", "abc"),
+                              ("x-free-page-hint-batch-max", 0),
+                              ("x-free-page-hint-batch-max", 2048),
+                              ("x-free-page-hint-postcopy", "maybe"),
                               ("free-page-hint", False),
                               ("x-free-page-hint-stats", {"rounds": 5})]:
                 try:

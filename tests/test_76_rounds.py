@@ -51,7 +51,7 @@ def _idle(ratio):
     return c, free
 
 
-@tag("rounds", "dataloss")
+@tag("rounds", "dataloss", "sanitize")
 def test_idle_guest_is_hinted_once():
     """Default ratio: the idle guest's free memory is hinted at most twice
     (the first round, and at most one more) over the whole migration, and
@@ -69,7 +69,7 @@ def test_idle_guest_is_hinted_once():
         f"ratio 0 did not hint again: {c0} (default: {c})"
 
 
-@tag("rounds", "dataloss")
+@tag("rounds", "dataloss", "sanitize")
 def test_memory_freed_during_migration_is_hinted_again():
     """The guest writes FILL_MIB MiB and frees it while the first pass
     runs: a later round hints it, so those pages are cleared again and not

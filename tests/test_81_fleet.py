@@ -91,12 +91,13 @@ def _help_text_names(text):
     return names
 
 
-def _hop(rig, binary, label, stock_source):
+def _hop(rig, binary, label, stock_source, **over):
     """Migrate the rig's guest to `binary` and verify it.  A hop whose
     source is the stock QEMU is a reference for its data: recorded, not
     asserted (its completion is asserted: our destination must accept
-    stock's stream).  Returns whether the data arrived intact."""
-    info = rig.migrate(binary=binary)
+    stock's stream).  Returns whether the data arrived intact.  over: the
+    destination VM's settings (machine=...)."""
+    info = rig.migrate(binary=binary, **over)
     mb = (info.get("ram") or {}).get("transferred", 0) / MB
     hinted = None if stock_source else rig.hinted_pages()
     if stock_source:
@@ -112,26 +113,31 @@ def _hop(rig, binary, label, stock_source):
         if not ok:
             return False
     else:
+        # With the device defaults a round runs on stock's timing (no
+        # pre-send wait): whether its hints arrive before the pages they
+        # name were sent is a race, as on stock, so the pages cleared are
+        # printed, not asserted.  That the guest hinted at all is asserted
+        # by the round trip (bytes_hinted).
         rig.verify(label)
-        assert hinted > 0, \
-            f"[{label}] our source device cleared no hinted page " \
-            f"({rig.last_counters})"
     print(f"    {label}: {mb:.0f} MB, data verified"
           + (f", {hinted} pages hinted away" if hinted is not None else ""))
     return True
 
 
-def _round_trip(driver, start):
+def _round_trip(driver, start, stock=None, machine=None):
     """A guest with the machine's default devices and the balloon's
     defaults (free-page-hint=on, keep-writes at its default) boots on
-    `start` ("ours" or "stock") and goes to the other QEMU and back."""
+    `start` ("ours" or "stock") and goes to the other QEMU and back.
+    stock: the stock QEMU (default: the stack's, Debian's 10.0); machine:
+    the machine type of every VM (default: the one `pc` stands for)."""
     if driver == "ours":
         need_ours()
-    bins = {"ours": our_qemu(), "stock": env.STOCK_QEMU}
+    bins = {"ours": our_qemu(), "stock": stock or env.STOCK_QEMU}
     other = "stock" if start == "ours" else "ours"
+    over = {"machine": machine} if machine else {}
     with Rig(f"fleet-{driver}-{start}", balloon=driver, mem_mib=MEM,
              binary=bins[start], keep_writes=False, defaults=True) as rig:
-        rig.boot()
+        rig.boot(**over)
         f = balloon_features(rig.vm)
         assert len(f) <= KEEP_WRITES_BIT or f[KEEP_WRITES_BIT] == "0", \
             f"KEEP_WRITES negotiated with the device defaults: {f}"
@@ -140,7 +146,7 @@ def _round_trip(driver, start):
         path = [start, other, start]
         for a, b in zip(path, path[1:]):
             if not _hop(rig, bins[b], f"{driver} {a}->{b}",
-                        stock_source=a == "stock"):
+                        stock_source=a == "stock", **over):
                 return
         if driver == "ours":
             s = rig.stats()
@@ -173,6 +179,41 @@ def test_rolling_upgrade_our_driver_from_our_host():
 def test_rolling_upgrade_our_driver_from_stock_host():
     """Our driver: stock -> ours -> stock."""
     _round_trip("ours", "stock")
+
+
+def _need_stock_11():
+    assert os.access(env.STOCK_QEMU_11, os.X_OK), \
+        f"Debian's QEMU 11.1 is not set up ({env.STOCK_QEMU_11}: " \
+        "scripts/stock-qemu-11.sh)"
+    return env.STOCK_QEMU_11
+
+
+# Debian's newest QEMU (11.1, trixie-backports) as a fleet peer: a fleet
+# upgrades by moving guests to a newer QEMU with the machine type pinned, so
+# each round trip runs on a 10.0 machine type that both QEMUs have.  11.1
+# checks at load that each virtqueue fits the size the device allocated,
+# so any guest-visible difference of ours from stock fails the hop.
+def _newest_peer(driver, start, machine):
+    @tag("fleet", "compat", "stock11")
+    @timeout(900)
+    def t():
+        _round_trip(driver, start, _need_stock_11(), machine)
+    other = "stock 11.1" if start == "ours" else "ours 10.0"
+    first = "ours 10.0" if start == "ours" else "stock 11.1"
+    t.__doc__ = (f"{'Our' if driver == 'ours' else 'In-tree'} driver, "
+                 f"{machine}: {first} -> {other} -> {first}.")
+    who = "our" if driver == "ours" else driver
+    t.__name__ = f"test_newest_stock_peer_{who}_driver_{machine.split('-')[1]}"
+    return t
+
+
+# Each driver and machine type once, each direction on one of the two.
+for _args in (("intree", "ours", "pc-i440fx-10.0"),
+              ("ours", "stock", "pc-i440fx-10.0"),
+              ("intree", "stock", "pc-q35-10.0"),
+              ("ours", "ours", "pc-q35-10.0")):
+    _t = _newest_peer(*_args)
+    globals()[_t.__name__] = _t
 
 
 @tag("fleet", "compat", "keep_writes")

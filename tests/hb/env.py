@@ -53,7 +53,11 @@ def qemu_machine_class():
 # (build-qemu.sh configures --firmwarepath).
 OUR_QEMU_10 = os.path.join(BUILD, "qemu", "qemu-system-x86_64")
 STOCK_QEMU_10 = os.path.join(BUILD, "stock-qemu-10.0", "qemu-system-x86_64")
-STOCK_BINARIES = (STOCK_QEMU_10,)
+# Debian's newest QEMU, 11.1 (trixie-backports), a stock fleet peer: a
+# wrapper that runs it in the Debian 13 root with its own libraries,
+# modules and firmware (scripts/stock-qemu-11.sh).
+STOCK_QEMU_11 = os.path.join(BUILD, "stock-qemu-11.1", "qemu-system-x86_64")
+STOCK_BINARIES = (STOCK_QEMU_10, STOCK_QEMU_11)
 # The modules of Debian's QEMU 10.0 (devices, displays, audio and block
 # drivers of its module packages).  Debian's binary loads modules from
 # DEBIAN_MODULE_PATH, where this host may have another QEMU's: it runs in
@@ -68,8 +72,8 @@ def module_wrapper(binary, modules=None):
     `modules` (default: its own) at DEBIAN_MODULE_PATH; nothing outside
     the process sees the mount.  [] for our QEMU, which has no modules.
     The process keeps its PID through the prefix (each step execs)."""
-    if binary not in STOCK_BINARIES:
-        return []
+    if binary != STOCK_QEMU_10:
+        return []   # ours has no modules; 11.1 has its own in its root
     return ["unshare", "-m", "sh", "-c",
             'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh",
             modules or STOCK_MODULE_DIR, DEBIAN_MODULE_PATH]
@@ -166,7 +170,26 @@ def guest_kver(series=None):
 
 
 def guest_kernel(series=None):
-    return f"/boot/vmlinuz-{guest_kver(series)}"
+    """The guest kernel's image, as setup unpacked it (never installed)."""
+    kver = guest_kver(series)
+    cache = os.environ.get("BH_CACHE", "/var/cache/balloon-hint")
+    return f"{cache}/kernels/{kver}/boot/vmlinuz-{kver}"
+
+
+# The debug kernel (KASAN, lockdep, ...: scripts/debug-kernel.sh) keeps
+# far more of the guest's RAM than a Debian kernel: KASAN's shadow, an
+# eighth of it, and about 130 MiB of debug data besides, against about 57
+# MiB of a 1 GiB guest for Debian's 6.12 (MemTotal 765 MiB of 1024, 545 of
+# 768, against 967 of 1024).  A guest that boots it gets that much more
+# RAM, so a workload sized for a guest of mem_mib fits as it does there.
+DEBUG_KERNEL_SUFFIX = "-hbdebug"
+
+
+def guest_ram_mib(kernel, mem_mib):
+    """The RAM (-m, MiB) of a guest of mem_mib that boots `kernel`."""
+    if DEBUG_KERNEL_SUFFIX not in os.path.basename(kernel or ""):
+        return mem_mib
+    return (mem_mib + 80) * 8 // 7
 
 
 def guest_initrd(series=None):

@@ -37,7 +37,8 @@ def dkms_paths():
                          "/var/lib/dkms/virtio_balloon"]))
 
 
-def _restore(paths, save, saved, parents, existed, depmod_kver):
+def _restore(paths, save, saved, parents, existed, depmod_kver,
+             kdir_existed=True):
     """Put `paths` back as restored() found them: remove each, copy the
     saved ones back from `save`, remove parents that were created, run
     depmod, then drop `save`.  Does nothing once `save` is gone, so that
@@ -59,7 +60,15 @@ def _restore(paths, save, saved, parents, existed, depmod_kver):
         with contextlib.suppress(OSError):
             os.removedirs(d)
     if depmod_kver:
-        subprocess.call(["depmod", "-a", depmod_kver])
+        kdir = f"/lib/modules/{depmod_kver}"
+        if kdir_existed:
+            subprocess.call(["depmod", "-a", depmod_kver])
+        else:
+            # the kernel's module folder was the test's (a guest kernel,
+            # which this host has not installed): depmod's tables with it
+            shutil.rmtree(kdir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.rmdir("/lib/modules")
     shutil.rmtree(save, ignore_errors=True)
 
 
@@ -75,6 +84,8 @@ def restored(paths, depmod_kver=None):
     saved = {}
     parents = sorted({os.path.dirname(p) for p in paths})
     existed = [d for d in parents if os.path.isdir(d)]
+    kdir_existed = bool(depmod_kver) and os.path.isdir(
+        f"/lib/modules/{depmod_kver}")
     handle = None
     try:
         for i, p in enumerate(paths):
@@ -86,7 +97,7 @@ def restored(paths, depmod_kver=None):
                     shutil.copy2(p, dst, follow_symlinks=False)
                 saved[p] = dst
         handle = testlib.cleanup(_restore, list(paths), save, saved, parents,
-                                 existed, depmod_kver)
+                                 existed, depmod_kver, kdir_existed)
         yield
     finally:
         if handle is None:      # nothing changed yet: only the copies
@@ -100,3 +111,71 @@ def installed_module(kver):
     install` or DKMS for kver: the host's module tree and /usr/src are as
     before afterwards."""
     return restored(module_paths(kver) + dkms_paths(), depmod_kver=kver)
+
+
+# Guest kernels have no installed headers on this host (setup unpacks them
+# into the cache): a test that runs DKMS as a user would links
+# /lib/modules/KVER/build to the cached headers for its duration.
+CACHE = os.environ.get("BH_CACHE", "/var/cache/balloon-hint")
+
+
+def _skip():
+    from .testlib import Skip  # pylint: disable=import-outside-toplevel
+    return Skip
+
+
+def headers_plan(kvers):
+    """For each kernel without installed headers, /lib/modules/KVER/build
+    pointing at its headers in the cache: what to create, in order, as
+    (path, None) for a directory and (path, target) for a link."""
+    plan = []
+    if not os.path.isdir("/lib/modules"):
+        plan.append(("/lib/modules", None))
+    for k in kvers:
+        build = f"/lib/modules/{k}/build"
+        if os.path.exists(f"{build}/Makefile"):
+            continue
+        tree = f"{CACHE}/kernels/{k}/build"
+        if not os.path.exists(f"{tree}/Makefile"):
+            raise _skip()(f"no headers of guest kernel {k} in {tree} "
+                       "(scripts/setup.sh unpacks them)")
+        if os.path.lexists(build):
+            raise _skip()(f"{build} exists but is broken: not the test's")
+        if not os.path.isdir(f"/lib/modules/{k}"):
+            plan.append((f"/lib/modules/{k}", None))
+        plan.append((build, os.path.realpath(tree)))
+    return plan
+
+
+def link_headers(plan):
+    for path, target in plan:
+        if target is None:
+            os.mkdir(path)
+        else:
+            os.symlink(target, path)
+
+
+def unlink_headers(plan):
+    """Undo link_headers(plan), also half-done; twice is harmless."""
+    for path, target in reversed(plan):
+        if target is None:
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.islink(path) and os.readlink(path) == target:
+            os.unlink(path)
+
+
+# apt-get as the package tests run it: no questions, no recommends, and
+# waiting for a lock another apt holds rather than failing
+APT = ("DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 "
+       "-y -q --no-install-recommends")
+
+
+def dpkg_set():
+    """Every package dpkg knows, with its version and state: what a test
+    that installs and purges packages compares before and after."""
+    r = subprocess.run("dpkg-query -W "
+                       "-f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'",
+                       shell=True, capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    return set(r.stdout.splitlines())

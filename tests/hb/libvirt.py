@@ -36,6 +36,7 @@ guest: it returns a record of the same shape, so testlib.assert_intact()
 and testlib.assert_hinted() apply to it.
 """
 import json
+import inspect
 import os
 import re
 import shutil
@@ -96,36 +97,6 @@ cgroup_controllers = [ ]
 stdio_handler = "file"
 """
 
-# What a process in one of the daemons' namespaces has in its mountinfo:
-# the private folder of its daemon (the reaper kills those, and only
-# those).
-_REAPER = r"""
-import os, shutil, signal, sys, time
-root = sys.argv[1]
-sys.stdin.buffer.read()          # EOF: the test process has gone
-def ours():
-    pids = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{p}/mountinfo") as f:
-                if f" {root}/" in f.read():
-                    pids.append(int(p))
-        except OSError:
-            pass
-    return pids
-for _ in range(20):
-    pids = ours()
-    if not pids:
-        break
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    time.sleep(0.5)
-"""
 
 
 class LibvirtError(Exception):
@@ -151,10 +122,11 @@ def missing():
 
 def _in_namespace_of(root):
     """PIDs of the processes whose mounts include the private folder
-    `root`: the daemons and every QEMU they started."""
+    `root`: the daemons and every QEMU they started (what a process in one
+    of the daemons' namespaces has in its mountinfo), this one aside."""
     pids = []
     for p in os.listdir("/proc"):
-        if not p.isdigit():
+        if not p.isdigit() or int(p) == os.getpid():
             continue
         try:
             with open(f"/proc/{p}/mountinfo") as f:
@@ -163,6 +135,25 @@ def _in_namespace_of(root):
         except OSError:
             pass
     return pids
+
+
+# The reaper: a process of its own that kills what _in_namespace_of() finds
+# (and only that) once the test process has gone, its stdin closed.
+_REAPER = "import os, signal, sys, time\n" + \
+    inspect.getsource(_in_namespace_of) + r"""
+root = sys.argv[1]
+sys.stdin.buffer.read()          # EOF: the test process has gone
+for _ in range(20):
+    pids = _in_namespace_of(root)
+    if not pids:
+        break
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.5)
+"""
 
 
 class Daemon:
@@ -527,8 +518,8 @@ def migrate_once(hosts, binary, scenario=None, balloon="ours",
     migrate`, verify the data there (hb.workloads.verify_guest).  Returns
     a record shaped like hb.migration.migrate_once()'s, plus
     `virsh_migrate` (the command), `jobinfo` (domjobinfo --completed of
-    the destination), `hint_mode` and `query_balloon_src` (the last
-    query-balloon answer of the source before it ended)."""
+    the destination), `hint_mode` and `device_src` (the last
+    x-free-page-hint-stats of the source's balloon before it ended)."""
     sc = scenario or Scenario()
     src, dst = hosts.a, hosts.b
     res = {"config": {"src": binary, "dst": binary, "balloon": balloon,
@@ -569,7 +560,9 @@ def migrate_once(hosts, binary, scenario=None, balloon="ours",
                 proc.wait()
                 break
             try:
-                last = sdom.qmp("query-balloon")
+                last = sdom.qmp("qom-get",
+                                path=f"/machine/peripheral/{BALLOON_ALIAS}",
+                                property="x-free-page-hint-stats")
                 mig = sdom.qmp("query-migrate")
                 if mig.get("status") and mig["status"] not in states:
                     states.append(mig["status"])
@@ -580,8 +573,7 @@ def migrate_once(hosts, binary, scenario=None, balloon="ours",
         out, err = proc.communicate()
         res["migrate_s"] = round(time.time() - t_mig, 1)
         res["states"] = states
-        res["query_balloon_src"] = last
-        res["device_src"] = (last or {}).get("x-free-page-hint")
+        res["device_src"] = last
         if proc.returncode != 0:
             res["status"] = "failed"
             res["error"] = f"virsh migrate: {(err or out).strip()}"

@@ -22,6 +22,7 @@ from . import env
 from .channel import GuestError
 from .cpu import CpuSampler, HostCpu
 from .env import BUILD
+from .hostmem import DST_MEMORY, warm_host_memory
 from .vm import VM, balloon_stats, device_counters
 from .workloads import Scenario, prepare_guest, verify_guest
 
@@ -116,7 +117,7 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
                  on_source_ready=None, on_destination=None, dst_args=(),
                  on_verified=None, vm_args=(), machine=None,
                  keep_writes=None, before_migrate=None, multifd_channels=0,
-                 to_file=False):
+                 to_file=False, dst_memory="cold", max_bandwidth=None):
     """Boot a source guest, prepare it, migrate it, verify it on the
     destination.  Returns a JSON-able dict; never leaves a QEMU behind.
     dst_args: extra QEMU arguments for the destination only; vm_args: for
@@ -134,7 +135,17 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
     to_file: save the guest to a file in the work folder with mapped-ram
     instead, end the source, load the file into a destination started
     with `-incoming defer` and verify it there (load_snapshot(): figures
-    in res["snapshot"]); the file is removed at the end."""
+    in res["snapshot"]); the file is removed at the end.
+    dst_memory: "warm" makes the host's free memory resident right before
+    the destination starts, "cold" leaves it as it is (hb.hostmem).
+    max_bandwidth: the migration's max-bandwidth in bytes/s (a link's
+    speed), every hop's; None: 10 GiB/s, no limit a migration here
+    reaches."""
+    if dst_memory not in DST_MEMORY:
+        raise ValueError(f"dst_memory {dst_memory!r}: one of {DST_MEMORY}")
+    if max_bandwidth is not None and (not isinstance(max_bandwidth, int)
+                                      or max_bandwidth <= 0):
+        raise ValueError(f"max_bandwidth {max_bandwidth!r}: bytes/s > 0")
     sc = scenario or Scenario()
     src_bin = src_bin or env.STOCK_QEMU
     dst_bin = dst_bin or src_bin
@@ -155,6 +166,8 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
                       "device_props": device_props,
                       "balloon_args": balloon_args,
                       "dst_args": list(dst_args),
+                      "dst_memory": dst_memory,
+                      "max_bandwidth": max_bandwidth,
                       "vm_args": list(vm_args)},
            "ok": False, "data_intact": None, "kernel_errors": [],
            "workdir": workdir}
@@ -168,6 +181,7 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
              incoming="defer" if deferred else f"unix:{mig_sock}",
              extra_args=tuple(vm_args) + tuple(dst_args), **common)
     vms = [src, dst]
+    res["config"]["mem_mib"] = src.mem_mib     # the debug kernel's is more
     try:
         t0 = time.time()
         src.boot()
@@ -176,8 +190,10 @@ def migrate_once(src_bin=None, dst_bin=None, balloon="intree",
         hint_before = balloon_stats(src) if balloon == "ours" else {}
         if on_source_ready:
             on_source_ready(src, res)
+        if dst_memory == "warm":
+            res["dst_warm_mib"] = warm_host_memory(sc.mem_mib)
         dst.launch()
-        bw_full = 10 << 30
+        bw_full = max_bandwidth or 10 << 30
         bw = 1 << 20 if sc.throttle_start_s else bw_full
         if sc.postcopy_after_s:
             bw = POSTCOPY_PRECOPY_BW

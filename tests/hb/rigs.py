@@ -302,19 +302,42 @@ def final_migration(rig, what):
     rig.wait_memory_back(rig.res["meminfo_before"])
 
 
+# The free page hint bottom half in the balloon's iothread: it clears a
+# batch's hints (virtio_balloon_free_page_clear); builds before that rework
+# handled the whole vq there (virtio_balloon_get_free_page_hints).
+HINT_BHS = ("virtio_balloon_free_page_clear",
+            "virtio_balloon_get_free_page_hints")
+
+
+def hint_bh(binary):
+    """The name of the hint bottom half in `binary`."""
+    syms = subprocess.run(["nm", binary], capture_output=True, text=True,
+                          check=True).stdout
+    for name in HINT_BHS:
+        if re.search(rf" {name}$", syms, re.M):
+            return name
+    raise AssertionError(f"{binary}: no free page hint bottom half")
+
+
 class IothreadGate:
     """Hold a QEMU's free page hint bottom half at its entry (before it
-    takes free_page_lock) with a breakpoint that stops only the balloon's
+    takes any lock) with a breakpoint that stops only the balloon's
     iothread.  gdb stays free to serve the other threads (a breakpoint that
     sleeps inside gdb would leave every thread that gets a signal
     stopped)."""
 
     def __init__(self, vm, workdir):
+        self.func = hint_bh(vm.binary)
         self.gdb = NonStopGdb(vm.machine.get_pid(), workdir)
 
     def close_gate(self):
-        self.gdb.send("break virtio_balloon_get_free_page_hints",
-                      "Breakpoint")
+        self.gdb.send(f"break {self.func}", "Breakpoint")
+
+    def wait_hit(self, timeout=60):
+        """Wait until the iothread stopped at the gate."""
+        self.gdb._await(  # pylint: disable=protected-access
+            lambda: "hit Breakpoint" in self.gdb._log(),  # pylint: disable=protected-access
+            timeout, "the hint bottom half did not run")
 
     def open_gate(self):
         self.gdb.send("delete\ncontinue -a &", "Continuing.")

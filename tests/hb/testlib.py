@@ -217,6 +217,9 @@ def log_result(res, label):
     d = os.path.join(BUILD, "results", "runs")
     os.makedirs(d, exist_ok=True)
     n = len(os.listdir(d))
+    # which test, on which guest kernel (HB_GUEST: tests/run.py each_kernel)
+    res.setdefault("test", CURRENT.name)
+    res.setdefault("guest_kernel", guest_kver())
     save_json(os.path.join(d, f"{n:04d}-{label}.json"), res)
     brief = {k: res.get(k) for k in ("status", "transferred_mb", "total_ms",
                                      "downtime_ms", "data_intact")}
@@ -304,6 +307,20 @@ def assert_intact(res, label=""):
     assert res.get("ok") is True, f"run not ok: {res.get('error')}{where}"
 
 
+def assert_not_intact(res, what):
+    """A detector's own run: assert_intact(res) must fail, for `what` the
+    test provoked.  Returns its message and drops the run's work folder,
+    which migrate() keeps for a run that was not ok."""
+    try:
+        assert_intact(res, what)
+    except AssertionError as exc:
+        print(f"    assert_intact failed as it should ({what}): "
+              f"{str(exc)[:300]}")
+        drop_workdir(res)
+        return str(exc)
+    raise AssertionError(f"assert_intact passed a run with {what}")
+
+
 # assert_hinted(): the share of the stale data the scenario freed that the
 # pages the source device cleared because of hints must at least come to,
 # and the most bytes a hinted migration may send, as a factor of its floor
@@ -333,11 +350,17 @@ def hint_figures(res):
       Not a strict lower bound: a page in use that holds zeros costs a
       header only, so good runs send 0.75-1.1x of it (the in-tree driver,
       which leaves free blocks under 4 MiB unhinted, the most).
-    sent_mib: the bytes the migration sent (res["transferred_mb"])."""
+    sent_mib: the bytes the migration sent (res["transferred_mb"]).
+    why_no_coverage: why cleared_mib is not held to HINT_COVERAGE of
+      stale_mib (None: it is).  An alloc round under churn takes what the
+      zones can spare while the churn allocates too, and gives a zone up
+      for the round once the churn dips it below its floor (vb_alloc.c),
+      so what it covers depends on the churn's timing."""
     cfg = res.get("config") or {}
     page = ((res.get("migration") or {}).get("ram") or {}).get(
         "page-size") or 4096
-    out = {"why_no_cleared": None, "why_no_floor": None}
+    out = {"why_no_cleared": None, "why_no_floor": None,
+           "why_no_coverage": None}
     out["stale_mib"] = res.get("stale_mib")
     if cfg.get("src") in STOCK_BINARIES:
         out["cleared_mib"] = None
@@ -348,6 +371,9 @@ def hint_figures(res):
         out["cleared_mib"] = c.get("cleared-pages", 0) * page / 2**20
     m = res.get("meminfo_before") or {}
     g = res.get("guest_hint") or {}
+    if cfg.get("workload") == "churn" and g.get("mode") == "alloc":
+        out["why_no_coverage"] = ("an alloc round under churn gives zones "
+                                  "up as the churn dips them")
     if cfg.get("workload") == "churn":
         out["floor_mib"] = None
         out["why_no_floor"] = ("churn: what it rewrites during the migration "
@@ -368,13 +394,20 @@ def hint_figures(res):
 def assert_hinted(res, mode=None, label=""):
     """The migration hinted, and the hints did what they are for.  The
     source device of every hop cleared pages from the dirty bitmap because
-    of hints; on the first hop those pages come to at least HINT_COVERAGE
-    of the stale data the scenario freed; it sent at most FLOOR_FACTOR
-    times its floor; with our driver, the guest ran a new round in `mode`
+    of hints; with our driver (whose rounds the device waits for), on the
+    first hop those pages come to at least HINT_COVERAGE of the stale data
+    the scenario freed (but for an alloc round under churn) and it sent at
+    most FLOOR_FACTOR times its floor;
+    with our driver, the guest ran a new round in `mode`
     ("scan" or "alloc"; None: either).  hint_figures() defines each
     figure and says which runs have none (stock source, churn)."""
     where = f" [{label}] (details: {res.get('workdir')})"
     f = hint_figures(res)
+    # A driver that does not negotiate HINT_KEEP_WRITES (the in-tree one)
+    # gets stock's timing on our QEMU too: no pre-send wait, so how much
+    # its hints cover before the pages are sent is a race, as on stock.
+    # Only that its hints cleared pages is asserted for it.
+    timed = res["config"].get("balloon") == "ours"
     print(f"    hints [{label}]: stale {f['stale_mib']} MiB, cleared "
           + (f"{f['cleared_mib']:.0f} MiB" if f["cleared_mib"] is not None
              else f"- ({f['why_no_cleared']})")
@@ -396,12 +429,17 @@ def assert_hinted(res, mode=None, label=""):
             f"no record of the stale data the scenario freed{where}"
         # A workload that freed no stale data (fresh, churn with
         # stale_pct=0) gives the hints nothing to cover.
-        assert f["cleared_mib"] >= HINT_COVERAGE * f["stale_mib"], \
+        if timed and f["why_no_coverage"]:
+            print(f"    covered {f['cleared_mib'] / f['stale_mib']:.0%} of "
+                  f"the stale data, not asserted: {f['why_no_coverage']}",
+                  flush=True)
+        assert not timed or f["why_no_coverage"] or \
+            f["cleared_mib"] >= HINT_COVERAGE * f["stale_mib"], \
             (f"the hints covered too little stale data: the source device "
              f"cleared {f['cleared_mib']:.0f} MiB because of hints, less "
              f"than {HINT_COVERAGE:.0%} of the {f['stale_mib']} MiB of stale "
              f"data the scenario freed: {c}{where}")
-    if f["floor_mib"] is not None:
+    if f["floor_mib"] is not None and timed:
         assert f["sent_mib"] is not None, f"no bytes sent recorded{where}"
         assert f["sent_mib"] <= FLOOR_FACTOR * f["floor_mib"], \
             (f"the migration sent {f['sent_mib']:.0f} MiB, more than "
@@ -419,6 +457,18 @@ def assert_hinted(res, mode=None, label=""):
     if mode:
         assert g.get("mode") == mode, \
             f"the guest hinted in mode {g.get('mode')!r}, not {mode!r}{where}"
+
+
+def keep_writes_mode():
+    """The hint mode our driver must pick (auto) on a host that offers
+    HINT_KEEP_WRITES: scan when its build for the guest kernel says the
+    kernel is one scan is validated on (modinfo scan_validated, the line of
+    guest/scan-validated-kernels Kbuild matched), else alloc (scan refused:
+    7.3's -rt and -cloud flavours)."""
+    need_ours()
+    r = subprocess.run(["modinfo", "-F", "scan_validated", ours_driver_path()],
+                       capture_output=True, text=True, check=True)
+    return "scan" if r.stdout.strip() else "alloc"
 
 
 def need_ours():

@@ -14,7 +14,15 @@ KERNEL_ERROR_RE = re.compile(
     r"(BUG:|kernel BUG|Oops|list_del corruption|list_add corruption|"
     r"Kernel panic|general protection fault|WARNING: CPU|Bad page state|"
     r"Bad page map|unable to handle|Unable to handle|slab.*corrupt|"
-    r"double fault|invalid opcode:|stack-protector|Corrupted low memory)")
+    r"double fault|invalid opcode:|stack-protector|Corrupted low memory|"
+    # lockdep's and RCU's reports (a debug kernel's: PROVE_LOCKING) head
+    # their splat with a WARNING line of their own, without "CPU"
+    r"WARNING: (?:possible |inconsistent lock|suspicious RCU|bad unlock|"
+    r"held lock|lock held|[A-Z]+IRQ-)|UBSAN:|"
+    # a WARN() since 7.x: "WARNING: FILE:LINE at FUNC+OFF/LEN, CPU#N: ...",
+    # or "WARNING: at FUNC+OFF/LEN, CPU#N: ..." where it knows no file; a
+    # module's function is "FUNC+OFF/LEN [MODULE]"
+    r"WARNING: (?:\S+:\d+ )?at \S+(?: \[\S+\])?, CPU#)")
 
 # What QEMU prints on stderr when a device or QEMU itself went wrong: any
 # error_report() line ("qemu-system-x86_64: ...", virtio_error() among
@@ -22,7 +30,9 @@ KERNEL_ERROR_RE = re.compile(
 # ASan/UBSan report.  A single match fails a migration test; tests that
 # provoke one on purpose say which lines they expect (VM.allow_errors).
 QEMU_ERROR_RE = re.compile(
-    r"(^qemu-system-[^:\s]+: (?!warning: |terminating on signal)|"
+    # a warning, also one about an option ("...: -mon ...: warning: ...",
+    # as QEMU 11.1 prints for the -mon that QEMU's Python package passes)
+    r"(^qemu-system-[^:\s]+: (?!(?:-[^:]*: )?warning: |terminating on signal)|"
     r"virtio: |Assertion|Segmentation|core dumped|"
     r"ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|"
     r"SUMMARY: \w+Sanitizer)")

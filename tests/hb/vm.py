@@ -170,6 +170,8 @@ class VM(GuestOutput):
         self.cmdsock = os.path.join(workdir, f"{name}-cmd.sock")
         self.binary = binary
         kernel = kernel or guest_kernel()
+        # what -m gives the guest: more than mem_mib for the debug kernel
+        self.mem_mib = mem_mib = env.guest_ram_mib(kernel, mem_mib)
         initrd = initrd or os.environ.get("HB_INITRD") or guest_initrd()
         append = (f"console=ttyS0 loglevel=5 panic=0 hb.balloon={balloon}")
         if balloon_args:

@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The balloon's iothread shared with a virtio-blk disk, as libvirt setups
+often configure one iothread for several devices, while the guest writes to
+that disk during hinted migrations.
+
+At the switch-over the migration thread stops the VM holding the BQL and
+drains the disk's requests, which needs the iothread to run.  A free page
+hint bottom half that waits for the BQL in that iothread never lets the
+drain end: the source hangs.  Ours takes no BQL in the iothread.
+
+- N hinted migrations (HB_SHARED_IOTHREAD_RUNS, default 20), each within
+  its limit, with the guest's data and the disk's contents verified after
+  each one (`make long`: see the test).
+- The switch-over with the iothread held in the hint bottom half by gdb
+  while a (throttled) disk write is in flight, then let go: the migration
+  must complete.  Run against a QEMU that takes the BQL in that bottom half
+  (the series before this rework), this test fails with the hang.
+
+The disk's check: the guest writes 64 KiB blocks, each filled with its
+block number and a sequence number, and logs every completed write; after
+each migration it stops writing, and every block must hold its last logged
+write, read back through the guest (page cache dropped) and from the image
+file on the host."""
+import glob
+import gzip
+import os
+import shutil
+import subprocess
+import time
+
+from hb.channel import GuestError
+from hb.env import guest_initrd, guest_kver
+from hb.rigs import THROTTLE, IothreadGate, Rig
+from hb.testlib import CURRENT, need_ours, tag, timeout, wait_for
+
+BLOCK = 64 << 10
+NBLOCKS = 64
+# A migration of this guest takes ~10-20 s under TCG: a hang shows as this
+MIGRATION_LIMIT_S = 180
+
+
+def _virtio_blk_module(workdir):
+    """virtio_blk.ko of the guest kernel, uncompressed, in workdir."""
+    kver = guest_kver()
+    cache = os.environ.get("BH_CACHE", "/var/cache/balloon-hint")
+    found = glob.glob(f"{cache}/kernels/{kver}/lib/modules/{kver}/kernel/"
+                      "drivers/block/virtio_blk.ko*")
+    assert found, f"no virtio_blk module for {kver}"
+    out = os.path.join(workdir, "virtio_blk.ko")
+    src = found[0]
+    if src.endswith(".xz"):
+        subprocess.run(f"xz -dc {src} > {out}", shell=True, check=True)
+    elif src.endswith(".zst"):
+        subprocess.run(["zstd", "-qdf", src, "-o", out], check=True)
+    else:
+        shutil.copy(src, out)
+    return out
+
+
+def _initrd_with_blk(workdir):
+    """The test image with virtio_blk.ko appended as a second archive under
+    /lib/hb/extra (the kernel unpacks concatenated archives in order)."""
+    stage = os.path.join(workdir, "extra")
+    os.makedirs(os.path.join(stage, "lib", "hb", "extra"))
+    ko = _virtio_blk_module(workdir)
+    shutil.move(ko, os.path.join(stage, "lib", "hb", "extra"))
+    cpio = subprocess.run("find . | cpio -o -H newc --quiet", shell=True,
+                          cwd=stage, check=True, capture_output=True).stdout
+    out = os.path.join(workdir, "initrd-blk.cpio.gz")
+    with open(out, "wb") as f:
+        with open(guest_initrd(), "rb") as base:
+            shutil.copyfileobj(base, f)
+        f.write(gzip.compress(cpio))
+    shutil.rmtree(stage)
+    return out
+
+
+def _disk_args(image, bps_write=None):
+    """A raw disk on `image` on the VM's iothread (hbio, the balloon's)."""
+    args = ["-blockdev", f"driver=file,filename={image},node-name=hbdf"]
+    disk = "hbdf"
+    if bps_write:
+        args += ["-object", f"throttle-group,id=hbtg,x-bps-write={bps_write}",
+                 "-blockdev", "driver=throttle,throttle-group=hbtg,"
+                              "file=hbdf,node-name=hbdt"]
+        disk = "hbdt"
+    args += ["-blockdev", f"driver=raw,file={disk},node-name=hbdisk",
+             "-device", "virtio-blk-pci,drive=hbdisk,iothread=hbio,id=hbblk"]
+    return args
+
+
+def _start_writer(vm, first_seq):
+    """Write blocks in a loop (block seq % NBLOCKS, filled with
+    'blk=B seq=S' lines), logging each completed write, until
+    /tmp/blk.stop exists."""
+    vm.guest.run("rm -f /tmp/blk.stop /tmp/blk.done")
+    vm.guest.run(
+        f"(i={first_seq}; while [ ! -e /tmp/blk.stop ]; do "
+        f"b=$((i % {NBLOCKS})); "
+        f"yes \"blk=$b seq=$i\" | head -c {BLOCK} > /tmp/blk.buf; "
+        f"dd if=/tmp/blk.buf of=/dev/vda bs={BLOCK} seek=$b conv=fsync "
+        "2>/dev/null && echo \"$b $i\" >> /tmp/blk.log; i=$((i+1)); done; "
+        "touch /tmp/blk.done) > /dev/null 2>&1 &")
+
+
+def _check_disk(vm, image, what):
+    """Stop the writer; every block written holds its last logged write, in
+    the guest (read past its page cache) and in the image file.  Returns
+    the number of writes logged."""
+    vm.guest.run("touch /tmp/blk.stop")
+    try:
+        wait_for(lambda: vm.guest.run("test -e /tmp/blk.done",
+                                      check=False)[0] == 0, 60,
+                 f"[{what}] the disk writer did not stop")
+    except AssertionError:
+        # what the writer waits for: its stack, the disk's requests
+        _, diag = vm.guest.run(
+            "cat /sys/block/vda/inflight; for p in $(pidof dd); do "
+            "cat /proc/$p/stack; done; tail -2 /tmp/blk.log", check=False)
+        raise AssertionError(f"[{what}] the disk writer did not stop: "
+                             f"{diag}") from None
+    _, out = vm.guest.run(
+        "sync; echo 3 > /proc/sys/vm/drop_caches; "
+        "awk '{last[$1]=$2} END {for (b in last) print b, last[b]}' "
+        "/tmp/blk.log > /tmp/blk.want; "
+        "while read b s; do "
+        f"g=$(dd if=/dev/vda bs={BLOCK} skip=$b count=1 2>/dev/null | "
+        "head -n1); [ \"$g\" = \"blk=$b seq=$s\" ] || "
+        "echo \"BAD $b want=$s got=$g\"; done < /tmp/blk.want; "
+        "echo WANT; cat /tmp/blk.want; echo WRITES $(wc -l < /tmp/blk.log)")
+    bad = [ln for ln in out if ln.startswith("BAD")]
+    assert not bad, f"[{what}] guest reads back other data: {bad[:5]}"
+    i = out.index("WANT")
+    want = [ln.split() for ln in out[i + 1:] if ln and ln[0].isdigit()]
+    writes = int(next(ln for ln in out if ln.startswith("WRITES")).split()[1])
+    assert want and writes > 0, f"[{what}] the guest wrote nothing: {out}"
+    with open(image, "rb") as f:
+        for b, s in want:
+            f.seek(int(b) * BLOCK)
+            line = f.read(64).split(b"\n", 1)[0].decode(errors="replace")
+            assert line == f"blk={b} seq={s}", \
+                f"[{what}] image block {b}: {line!r}, want seq {s}"
+    return writes
+
+
+class _DiskRig(Rig):
+    """A Rig whose VMs have the shared-iothread disk and virtio_blk."""
+
+    def __init__(self, label, bps_write=None):
+        super().__init__(label)
+        self.image = os.path.join(self.dir, "disk.raw")
+        with open(self.image, "wb") as f:
+            f.truncate(NBLOCKS * BLOCK)
+        self.common["initrd"] = _initrd_with_blk(self.dir)
+        self.common["extra_args"] = tuple(_disk_args(self.image, bps_write))
+
+    def boot_with_disk(self):
+        self.boot()
+        self.vm.guest.run("insmod /lib/hb/extra/virtio_blk.ko && "
+                          "for i in $(seq 50); do [ -b /dev/vda ] && break; "
+                          "sleep 0.1; done; [ -b /dev/vda ]")
+
+
+@tag("reliability", "faults", "iothread", "long")
+@timeout(3600)
+def test_shared_iothread_disk_writes_hinted_migrations():
+    """N hinted migrations with the balloon and a busy disk on one
+    iothread: each completes within its limit; guest data and disk
+    contents verified after each.
+
+    In `make long`, not `make check`: a virtio-blk write in flight at the
+    switch-over sometimes never completes on the destination (the guest's
+    writer waits in fsync, one request in /sys/block/vda/inflight), with
+    Debian's QEMU 10.0 as with ours, hinting or not: a stock virtio-blk
+    issue this test finds, not the balloon's."""
+    need_ours()
+    runs = int(os.environ.get("HB_SHARED_IOTHREAD_RUNS", "20"))
+    with _DiskRig("shared-io") as rig:
+        rig.boot_with_disk()
+        times, hinted = [], 0
+        for n in range(runs):
+            _start_writer(rig.vm, n * 1000000)
+            time.sleep(1)
+            t0 = time.time()
+            info = rig.migrate(timeout=MIGRATION_LIMIT_S)
+            times.append(time.time() - t0)
+            hinted += rig.hinted_pages()
+            rig.verify(f"run {n + 1}")
+            writes = _check_disk(rig.vm, rig.image, f"run {n + 1}")
+            CURRENT.add("bytes_verified", NBLOCKS * BLOCK)
+            print(f"    run {n + 1}/{runs}: {info['status']} in "
+                  f"{times[-1]:.1f} s, {writes} disk writes logged, "
+                  f"{rig.hinted_pages() >> 8} MiB hinted", flush=True)
+        # premise: the hint path ran, in the iothread the disk uses
+        assert hinted > 0, "no page was hinted in any run"
+        print(f"    {runs} migrations, longest {max(times):.1f} s "
+              f"(limit {MIGRATION_LIMIT_S} s), {hinted >> 8} MiB hinted",
+              flush=True)
+
+
+# Long: under load the guest's disk write can stay in flight for good, as it
+# does with stock QEMU (see the 20-migration test above).
+@tag("reliability", "faults", "iothread", "long")
+@timeout(900)
+def test_shared_iothread_switchover_while_hint_bh_held():
+    """The switch-over while the hint bottom half holds the shared iothread
+    and a throttled disk write is in flight: once gdb lets the iothread go,
+    the drain ends and the migration completes; data and disk verified."""
+    need_ours()
+    with _DiskRig("shared-io-held", bps_write=1 << 20) as rig:
+        rig.boot_with_disk()
+        _start_writer(rig.vm, 0)
+        time.sleep(2)
+        gate = IothreadGate(rig.vm, rig.dir)
+        try:
+            gate.close_gate()
+            rig.start_migration(bw=THROTTLE)
+            gate.wait_hit(120)
+            print("    iothread held in the hint bottom half", flush=True)
+            # let the migration reach its switch-over: the VM stops and the
+            # disk's in-flight write waits for the held iothread
+            rig.unthrottle()
+            # no QMP here: while the drain waits, the BQL is taken
+            time.sleep(5)
+            gate.open_gate()
+            try:
+                info = rig.finish(MIGRATION_LIMIT_S)
+            except (TimeoutError, GuestError) as exc:
+                raise AssertionError(
+                    "the source hung at the switch-over once the hint "
+                    f"bottom half ran: {type(exc).__name__}: {exc}") from exc
+        finally:
+            gate.stop()
+        CURRENT.add("faults")
+        stale = (rig.last_counters.get("ignored-stale", 0) -
+                 rig.counters0.get("ignored-stale", 0))
+        print(f"    completed: {info['status']}, "
+              f"{rig.hinted_pages() >> 8} MiB hinted, {stale} ranges of "
+              "the held batch dropped as stale", flush=True)
+        # premise: the held batch was in flight across the switch-over (its
+        # round ended meanwhile, so its hints were dropped, not cleared)
+        assert stale > 0, (rig.counters0, rig.last_counters)
+        rig.verify("after the held switch-over")
+        _check_disk(rig.vm, rig.image, "after the held switch-over")
