@@ -88,7 +88,7 @@ PKGS=(
 	qemu-system-data qemu-utils seabios ipxe-qemu
 	devscripts python3 python3-venv
 	ninja-build meson pkg-config ccache libglib2.0-dev zlib1g-dev
-	python3-matplotlib xz-utils zstd gdb
+	python3-matplotlib xz-utils zstd gdb debootstrap debian-archive-keyring
 	"${QEMU_BUILD_DEPS[@]}"
 )
 

@@ -86,6 +86,9 @@ do_make() {
 		return 0
 	fi
 	local new=$root.new t0=$SECONDS
+	# its messages go through the filter below, which would hide this one
+	command -v debootstrap >/dev/null ||
+		{ echo "trixie-root.sh: debootstrap is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
 	say "debootstrap of trixie into $new (a few minutes, once per machine)"
 	rm -rf "$new"
 	mkdir -p "$cache"

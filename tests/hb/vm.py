@@ -251,8 +251,10 @@ class VM(GuestOutput):
                                  f"console ends: "
                                  f"{self.console_text()[-1500:]!r}")
             time.sleep(0.2)
+        # what the guest printed last says where it stopped
         raise GuestError(f"{self.name}: '{pattern}' not on console after "
-                         f"{timeout}s")
+                         f"{timeout}s; console ends: "
+                         f"{self.console_text()[-1500:]!r}")
 
     def boot(self, timeout=180):
         """Launch, wait for the guest's command loop; a guest whose /init
