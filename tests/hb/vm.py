@@ -251,10 +251,24 @@ class VM(GuestOutput):
                                  f"console ends: "
                                  f"{self.console_text()[-1500:]!r}")
             time.sleep(0.2)
-        # what the guest printed last says where it stopped
+        # what the guest printed last, and where its vCPUs are, say where
+        # it stopped
         raise GuestError(f"{self.name}: '{pattern}' not on console after "
-                         f"{timeout}s; console ends: "
-                         f"{self.console_text()[-1500:]!r}")
+                         f"{timeout}s; vCPUs at {self.vcpu_rips()}; console "
+                         f"ends: {self.console_text()[-1500:]!r}")
+
+    def vcpu_rips(self):
+        """Each vCPU's instruction pointer and whether it is halted (HMP
+        info registers), for a guest that stopped making progress; what
+        went wrong asking, if it did."""
+        try:
+            regs = self.qmp("human-monitor-command",
+                            command_line="info registers -a",
+                            qmp_timeout=10)
+        except Exception as exc:  # pylint: disable=broad-except
+            return f"(not known: {type(exc).__name__}: {exc})"
+        return ", ".join(f"RIP={rip} HLT={hlt}" for rip, hlt in re.findall(
+            r"RIP=([0-9a-f]+) .*?HLT=(\d)", regs, re.S))
 
     def boot(self, timeout=180):
         """Launch, wait for the guest's command loop; a guest whose /init
