@@ -78,7 +78,10 @@ say "configured: $root$obj/.config"
 
 say "building (KASAN, lockdep: long the first time; ccache afterwards)"
 t0=$SECONDS
-"$tr" run env CCACHE_DIR=/var/cache/ccache nice -n 19 "${kmake[@]}" bzImage modules >/dev/null
+# about 2,400 objects: a line every 250 of them
+"$tr" run env CCACHE_DIR=/var/cache/ccache nice -n 19 "${kmake[@]}" bzImage modules |
+	awk '/^  CC / && ++n % 250 == 0 {
+		printf "[debug-kernel] %d files compiled\n", n; fflush() }'
 secs=$((SECONDS - t0))
 kver=$("$tr" run make -s -C "$src" O="$obj" kernelrelease)
 say "built $kver in $secs s"
