@@ -61,7 +61,9 @@ say "checkpatch: ${#patches[@]} patches clean"
 if [ "$(cat "$work/.version" 2>/dev/null)" != "$version ${cfg[*]}" ] ||
    ! git -C "$src" rev-parse -q --verify base >/dev/null 2>&1; then
 	say "preparing a git copy of $version in $src"
-	rm -rf "$src" "$work/ok"
+	# $work/ok stays: its keys chain the version, the flags and the
+	# patches, so a prefix that built once builds in any fresh copy
+	rm -rf "$src"
 	cp -a "$csrc/qemu" "$src"
 	(cd "$src" && git init -q && git add -A --force && git -c user.name=check -c user.email=check@localhost \
 		commit -q -m "Debian qemu $version" && git tag base)

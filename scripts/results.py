@@ -551,6 +551,42 @@ def configs_table(b):
         break_on_hyphens=False) + "\n"
 
 
+# README.md's sentence on what hinting costs the guest: the set, workload,
+# MiB and vCPUs of the bench cells (d: scan mode on our QEMU, c: alloc mode
+# on Debian's) whose medians and ranges it quotes.
+COST_CELL = (15, "stale", 1024, 2)
+COST_RE = re.compile(r"(<!-- cost[^>]*-->\n).*?(<!-- /cost -->)", re.S)
+
+
+def cost_text(b):
+    """README.md's sentence on the guest's cost of a migration's rounds,
+    each figure a median (and range) of the cell it names in
+    bench-reporting.json."""
+    n, wl, mem, smp = COST_CELL
+    s = b["sets"][n - 1]
+    got = {c["config"]: c for c in s["cells"]
+           if (c["workload"], c["mem_mib"], c["smp"], c.get("link_gbit"))
+           == (wl, mem, smp, None)}
+    d, c = got["d"], got["c"]
+
+    def rng(v, fmt):
+        return f"{fmt(v[0])} ({fmt(v[1])}-{fmt(v[2])})"
+
+    dst = {x.get("dst_memory") for x in (c, d)} - {None}
+    return textwrap.fill(
+        f"Bench set {n} (driver `{s['meta'].get('driver_hash')}`, "
+        f"{mem >> 10} GiB, {wl}, {smp} vCPU{'s' * (smp > 1)}"
+        + "".join(f", {x} destination" for x in dst)
+        + f", medians and ranges of {d['runs']} runs): the rounds of one "
+        f"migration took {rng(d['guest_cpu_ms'], lambda x: f'{x:.1f}')} ms "
+        f"of vCPU time in scan mode (d) and "
+        f"{rng(c['guest_cpu_ms'], lambda x: f'{x:.0f}')} ms in alloc mode "
+        f"on Debian's QEMU (c); in scan mode the longest zone lock hold was "
+        f"{rng(d['max_hold_us'], lambda x: f'{x:.0f}')} µs and the longest "
+        f"per-CPU list hold {rng(d['max_pcp_hold_us'], lambda x: f'{x:.0f}')}"
+        f" µs.", 75, break_on_hyphens=False) + "\n"
+
+
 def _readme_texts():
     """README.md as it is and as demo.json, check.json and
     bench-reporting.json make it."""
@@ -579,6 +615,9 @@ def main(argv):
                    "longest holds, from check.json")
     sub.add_parser("configs",
                    help="rewrite README.md's configuration table")
+    sub.add_parser("cost",
+                   help="rewrite README.md's sentence on what the rounds "
+                   "cost the guest")
     sub.add_parser("bench-sets",
                    help="print the published bench sets (date, driver, "
                    "series, tree, tuning, note) as a markdown table")
@@ -606,15 +645,16 @@ def main(argv):
         make, path = printers[a.command]
         print(make(_load(path)))
         return 0
-    if a.command == "configs":
+    if a.command in ("configs", "cost"):
+        rx, make = {"configs": (CONFIGS_RE, configs_table),
+                    "cost": (COST_RE, cost_text)}[a.command]
         with open(README) as f:
             text = f.read()
-        if not CONFIGS_RE.search(text):
-            raise SystemExit(f"{README}: no <!-- configs --> block")
-        table = configs_table(_load(BENCH))
+        if not rx.search(text):
+            raise SystemExit(f"{README}: no <!-- {a.command} --> block")
+        block = make(_load(BENCH))
         with open(README, "w") as f:
-            f.write(CONFIGS_RE.sub(lambda m: m.group(1) + table +
-                                   m.group(2), text))
+            f.write(rx.sub(lambda m: m.group(1) + block + m.group(2), text))
         return 0
     if a.command == "publish-check":
         publish_check()

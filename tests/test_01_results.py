@@ -142,3 +142,25 @@ def test_holds_sentence_is_made_from_the_published_check():
         "`scripts/results.py holds`"
     f[keys[0]] += 1
     assert " ".join(results.holds_sentence(c).split()) not in text
+
+
+@tag("lint")
+def test_readme_cost_is_made_from_the_committed_summary():
+    """README.md's sentence on what the rounds cost the guest is what
+    `scripts/results.py cost` makes from bench-reporting.json, and the
+    check sees a changed median."""
+    with open(results.BENCH) as f:
+        bench = json.load(f)
+    with open(os.path.join(TOP, "README.md")) as f:
+        text = f.read()
+    m = results.COST_RE.search(text)
+    assert m, "README.md has no <!-- cost --> block"
+    block = text[m.end(1):m.start(2)]
+    assert block == results.cost_text(bench), \
+        "README.md's cost sentence differs from `scripts/results.py cost`"
+    n, wl, mem, smp = results.COST_CELL
+    cell = next(c for c in bench["sets"][n - 1]["cells"]
+                if (c["workload"], c["mem_mib"], c["smp"], c["config"],
+                    c.get("link_gbit")) == (wl, mem, smp, "d", None))
+    cell["guest_cpu_ms"][0] += 100
+    assert results.cost_text(bench) != block
