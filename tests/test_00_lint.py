@@ -108,7 +108,7 @@ def _root_make(d, kver, args):
     compiler (gcc-14), in directory `d` of this machine (bound into the
     root at /mnt/hb-lint for the command)."""
     return sh(f"TRIXIE_ROOT_BINDS='{d}:/mnt/hb-lint' "
-              f"{TOP}/scripts/trixie-root.sh run make -C "
+              f"{TOP}/scripts/trixie-root.sh run make -j{os.cpu_count()} -C "
               f"/lib/modules/{kver}/build M=/mnt/hb-lint/guest CC=gcc-14 "
               f"{args}")
 
