@@ -83,18 +83,24 @@ def test_benchmarks_sets_table_is_made_from_the_committed_summary():
     assert results.bench_sets(bench) not in text
 
 
+def _readme_block(rx, name):
+    """bench-reporting.json, and README.md's block `name` that `rx`
+    finds (between its markers)."""
+    with open(results.BENCH) as f:
+        bench = json.load(f)
+    with open(os.path.join(TOP, "README.md")) as f:
+        text = f.read()
+    m = rx.search(text)
+    assert m, f"README.md has no <!-- {name} --> block"
+    return bench, text[m.end(1):m.start(2)]
+
+
 @tag("lint")
 def test_readme_configurations_are_made_from_the_committed_summary():
     """README.md's configuration table is what `scripts/results.py
     configs` makes from bench-reporting.json (every figure a median of
     the cell it names), and the check sees a changed median."""
-    with open(results.BENCH) as f:
-        bench = json.load(f)
-    with open(os.path.join(TOP, "README.md")) as f:
-        text = f.read()
-    m = results.CONFIGS_RE.search(text)
-    assert m, "README.md has no <!-- configs --> block"
-    block = text[m.end(1):m.start(2)]
+    bench, block = _readme_block(results.CONFIGS_RE, "configs")
     assert block == results.configs_table(bench), \
         "README.md's configuration table differs from `scripts/results.py " \
         "configs`"
@@ -149,13 +155,7 @@ def test_readme_cost_is_made_from_the_committed_summary():
     """README.md's sentence on what the rounds cost the guest is what
     `scripts/results.py cost` makes from bench-reporting.json, and the
     check sees a changed median."""
-    with open(results.BENCH) as f:
-        bench = json.load(f)
-    with open(os.path.join(TOP, "README.md")) as f:
-        text = f.read()
-    m = results.COST_RE.search(text)
-    assert m, "README.md has no <!-- cost --> block"
-    block = text[m.end(1):m.start(2)]
+    bench, block = _readme_block(results.COST_RE, "cost")
     assert block == results.cost_text(bench), \
         "README.md's cost sentence differs from `scripts/results.py cost`"
     n, wl, mem, smp = results.COST_CELL
