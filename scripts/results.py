@@ -482,6 +482,21 @@ def bench_sets(b):
     return "\n".join(rows)
 
 
+def _set_cells(b, n, wl, mem, smp, link=None):
+    """Set `n`'s cells of workload `wl`, `mem` MiB, `smp` vCPUs and link
+    `link` (Gbit/s; None: unlimited), by configuration."""
+    return {c["config"]: c for c in b["sets"][n - 1]["cells"]
+            if (c["workload"], c["mem_mib"], c["smp"], c.get("link_gbit"))
+            == (wl, mem, smp, link)}
+
+
+def _dst_text(cells):
+    """", warm destination" (and the like) for the destination memory
+    states of `cells`."""
+    dst = {c.get("dst_memory") for c in cells} - {None}
+    return "".join(f", {d} destination" for d in dst)
+
+
 # README.md's table of which configuration to run: per fleet, what to run
 # and the bench cells (set, workload, MiB, vCPUs, configurations and, for
 # a limited link, its Gbit/s) whose medians it quotes,
@@ -517,19 +532,15 @@ def configs_table(b):
         parts = []
         for n, wl, mem, smp, cfgs, *link in cells:
             link = link[0] if link else None
-            got = {c["config"]: c for c in b["sets"][n - 1]["cells"]
-                   if (c["workload"], c["mem_mib"], c["smp"],
-                       c.get("link_gbit")) == (wl, mem, smp, link)}
+            got = _set_cells(b, n, wl, mem, smp, link)
             figs = []
             for cfg in cfgs:
                 c = got[cfg]
                 figs.append(f"{cfg} {c['transferred_mb'][0]:.0f} MB, "
                             f"{c['total_ms'][0]:.0f} ms, "
                             f"{c['downtime_ms'][0]:g} ms")
-            dst = {c.get("dst_memory") for c in got.values()} - {None}
             parts.append(f"set {n}, {wl}, {mem >> 10} GiB, {smp} vCPU"
-                         f"{'s' * (smp > 1)}"
-                         + "".join(f", {d} destination" for d in dst)
+                         f"{'s' * (smp > 1)}" + _dst_text(got.values())
                          + ("" if link is None else f", {link:g} Gbit/s")
                          + ": " + "; ".join(figs))
         rows.append(f"| {fleet} | {run} | " + "; ".join(parts) + " |")
@@ -564,19 +575,16 @@ def cost_text(b):
     bench-reporting.json."""
     n, wl, mem, smp = COST_CELL
     s = b["sets"][n - 1]
-    got = {c["config"]: c for c in s["cells"]
-           if (c["workload"], c["mem_mib"], c["smp"], c.get("link_gbit"))
-           == (wl, mem, smp, None)}
+    got = _set_cells(b, n, wl, mem, smp)
     d, c = got["d"], got["c"]
 
     def rng(v, fmt):
         return f"{fmt(v[0])} ({fmt(v[1])}-{fmt(v[2])})"
 
-    dst = {x.get("dst_memory") for x in (c, d)} - {None}
     return textwrap.fill(
         f"Bench set {n} (driver `{s['meta'].get('driver_hash')}`, "
         f"{mem >> 10} GiB, {wl}, {smp} vCPU{'s' * (smp > 1)}"
-        + "".join(f", {x} destination" for x in dst)
+        + _dst_text((c, d))
         + f", medians and ranges of {d['runs']} runs): the rounds of one "
         f"migration took {rng(d['guest_cpu_ms'], lambda x: f'{x:.1f}')} ms "
         f"of vCPU time in scan mode (d) and "
