@@ -208,6 +208,9 @@ for f in amd64 rt-amd64 cloud-amd64; do
 done
 bash "$(dirname "$0")/trixie-root.sh" make
 bash "$(dirname "$0")/trixie-root.sh" install "${root_pkgs[@]}"
+# sparse for Linux 7.3 (the lint of tests/test_00_lint.py): sid's, unpacked
+# at /opt/sparse-sid of the root, since 7.3 refuses trixie's 0.6.4
+bash "$(dirname "$0")/trixie-root.sh" unpack sparse sid
 kver=$("$(dirname "$0")/guest-kver.sh")
 
 # libvirt 11.3 (Debian 13's, from bookworm-backports) for the libvirt test

@@ -13,6 +13,10 @@
 #   trixie-root.sh install PKG...  apt-get install PKG... in the root
 #                                  (PKG/trixie-backports for a backport);
 #                                  installs only what is missing
+#   trixie-root.sh unpack PKG SUITE
+#                                  unpack PKG of another suite (sid) at
+#                                  /opt/PKG-SUITE of the root, not
+#                                  installed (once per version)
 #   trixie-root.sh run CMD...      run CMD in the root (as root, cwd /)
 #   trixie-root.sh path            print the root's directory
 #
@@ -136,16 +140,58 @@ do_install() {
 	fi
 }
 
+# A tool newer than trixie has, from another suite, when what the root
+# needs of it depends on nothing trixie lacks: sid's sparse, the first
+# that Linux 7.3 accepts (scripts/checker-valid.sh asks for
+# __typeof_unqual__, which trixie's 0.6.4 lacks), needs only the C
+# library of its own binary.  The package is downloaded and unpacked, not
+# installed, so its dependencies (sid's gcc) never come in; the suite's
+# lists live apart from the root's own, which stay trixie's.  Their
+# signature is checked, their Valid-Until is not: a mirror that is a
+# snapshot serves sid's Release past its few days of validity.
+do_unpack() {
+	need_root
+	local pkg=$1 suite=$2 dest=/opt/$1-$2 ver
+	local conf=/etc/apt/hb-$suite.conf
+	[ -e "$stamp" ] || do_make
+	[ -e "$root$dest/.complete" ] && return 0
+	mkdir -p "$root/etc/apt/hb-$suite.sources.d" \
+		"$root/var/lib/apt/lists-hb-$suite/partial"
+	printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
+		"$mirror" "$suite" "$keyring" \
+		> "$root/etc/apt/hb-$suite.sources.d/debian.sources"
+	cat > "$root$conf" <<-EOF
+	Dir::Etc::SourceList "/dev/null";
+	Dir::Etc::SourceParts "/etc/apt/hb-$suite.sources.d";
+	Dir::State::Lists "/var/lib/apt/lists-hb-$suite";
+	Dir::Cache::pkgcache "";
+	Dir::Cache::srcpkgcache "";
+	Acquire::Check-Valid-Until "false";
+	APT::Sandbox::User "root";
+	EOF
+	say "unpacking $pkg of $suite at $dest in the root (not installed)"
+	run_in "$root" apt-get -c "$conf" update -q >/dev/null
+	rm -rf "$root$dest"
+	mkdir -p "$root$dest"
+	run_in "$root" sh -c "cd $dest && apt-get -c $conf download -q $pkg >/dev/null &&
+		dpkg-deb -x ${pkg}_*.deb . && rm ${pkg}_*.deb"
+	ver=$(run_in "$root" apt-cache -c "$conf" show "$pkg" | sed -n 's/^Version: //p' | head -1)
+	printf '%s\n' "$ver" > "$root$dest/.complete"
+	say "$pkg $ver of $suite at $dest"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
 make)	do_make ;;
 install) do_install "$@" ;;
+unpack)	[ $# = 2 ] || { echo "usage: trixie-root.sh unpack PKG SUITE" >&2; exit 2; }
+	do_unpack "$@" ;;
 run)	need_root
 	[ -e "$stamp" ] || { echo "trixie-root.sh: no root at $root (trixie-root.sh make)" >&2; exit 1; }
 	[ $# -gt 0 ] || { echo "usage: trixie-root.sh run CMD..." >&2; exit 2; }
 	run_in "$root" "$@" ;;
 path)	echo "$root" ;;
-*)	echo "usage: trixie-root.sh make | install PKG... | run CMD... | path" >&2
+*)	echo "usage: trixie-root.sh make | install PKG... | unpack PKG SUITE | run CMD... | path" >&2
 	exit 2 ;;
 esac

@@ -2,6 +2,7 @@
 """Quality gates: kernel style/W=1/sparse, QEMU checkpatch, idempotent setup.
 Each gate is also shown to fail on a real violation."""
 import fnmatch
+import glob
 import os
 import re
 import shutil
@@ -103,6 +104,12 @@ def test_kernel_gates_catch_violations():
         shutil.rmtree(d)
 
 
+# sid's sparse in the Debian 13 root (scripts/setup.sh:
+# trixie-root.sh unpack sparse sid)
+SPARSE_13 = "/opt/sparse-sid/usr/bin/sparse"
+SPARSE_ARGS = f"KBUILD_CHECKSRC=1 CHECK={SPARSE_13}"
+
+
 def _root_make(d, kver, args):
     """make in the Debian 13 root against `kver`'s headers there, with its
     compiler (gcc-14), in directory `d` of this machine (bound into the
@@ -118,10 +125,13 @@ def _root_make(d, kver, args):
 def test_guest_w1_on_debian_13_kernels():
     """Every Debian 13 kernel the root has headers of (7.3, -rt, -cloud,
     and the debug kernel): the installed and the test builds compile
-    without a warning with W=1.  Sparse is not run there: the kernel
-    refuses Debian's sparse 0.6.4 (it lacks __typeof_unqual__,
-    scripts/checker-valid.sh).  The premise: W=1 in the root warns on
-    the fixture's unused const variable."""
+    without a warning with W=1 and sparse.  The sparse is sid's
+    (SPARSE_13), since 7.3 refuses trixie's 0.6.4; it is passed as
+    KBUILD_CHECKSRC=1 because Debian's headers lack the kernel's
+    scripts/checker-valid.sh, which the test runs itself, from the
+    linux-source-7.3 tree of the debug kernel, where there is one.  The
+    premises: W=1 in the root warns on the fixture's unused const
+    variable, and sparse on its __user pointer, in every kernel's tree."""
     root = sh(f"{TOP}/scripts/trixie-root.sh path").stdout.strip()
     mods = os.path.join(root, "lib", "modules")
     kvers = sorted(k for k in (os.listdir(mods) if os.path.isdir(mods)
@@ -130,6 +140,8 @@ def test_guest_w1_on_debian_13_kernels():
                                                   "Makefile")))
     if not kvers:
         raise Skip("no Debian 13 root with kernel headers (scripts/setup.sh)")
+    assert os.path.exists(root + SPARSE_13), \
+        f"no {SPARSE_13} in the Debian 13 root (scripts/setup.sh)"
     d = tempfile.mkdtemp(prefix="hb-lint13-")
     cleanup(shutil.rmtree, d, ignore_errors=True)   # also if killed
     try:
@@ -142,18 +154,33 @@ def test_guest_w1_on_debian_13_kernels():
         out = r.stdout + r.stderr
         assert "-Wunused-const-variable" in out, \
             f"W=1 in the root missed an unused const variable: {out[-2000:]}"
+        valid = glob.glob(f"{root}/build/debug-kernel/src-*/scripts/"
+                          "checker-valid.sh")
+        if valid:
+            r = sh(f"{TOP}/scripts/trixie-root.sh run sh "
+                   f"{valid[0][len(root):]} {SPARSE_13} -m64")
+            assert r.stdout.strip() == "1", \
+                f"7.3's checker-valid.sh refuses {SPARSE_13}: {r.stdout}"
+        for kver in kvers:
+            _root_make(d, kver, "clean")
+            r = _root_make(d, kver, SPARSE_ARGS + " modules")
+            out = r.stdout + r.stderr
+            assert "different address spaces" in out, \
+                f"sparse missed a __user pointer in {kver}: {out[-2000:]}"
         shutil.rmtree(f"{d}/guest")
         for sub in ("guest", "include"):
             shutil.copytree(os.path.join(TOP, sub), os.path.join(d, sub))
         for kver in kvers:
             for extra in ("", "VB_FAULT_INJECT=y"):
                 _root_make(d, kver, "clean")
-                r = _root_make(d, kver, f"W=1 {extra} modules")
+                r = _root_make(d, kver,
+                               f"W=1 {SPARSE_ARGS} {extra} modules")
                 out = r.stdout + r.stderr
                 assert r.returncode == 0, (kver, extra, out[-3000:])
                 warns = [ln for ln in out.splitlines() if "warning:" in ln]
                 assert not warns, (kver, extra, warns[:10])
-                print(f"    {kver} {extra or 'installed build'}: W=1 clean",
+                print(f"    {kver} {extra or 'installed build'}: "
+                      "W=1 and sparse clean",
                       flush=True)
     finally:
         shutil.rmtree(d, ignore_errors=True)
