@@ -237,7 +237,7 @@ def check_figures(run):
 
 # The guest kernels a check's figures are named after, in the order the
 # docs give them
-KERNELS = ("6.1", "6.12", "7.3", "7.3-hbdebug")
+KERNELS = ("6.1", "6.12", "7.3", "7.3-rt", "7.3-cloud", "7.3-hbdebug")
 
 
 def _kernels(f, prefix):

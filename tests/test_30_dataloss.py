@@ -6,8 +6,8 @@ migration.  Every run must complete with data intact and no kernel error on
 the destination.  `make soak` (scripts/soak.py) runs the same scenarios
 and checks many times over.  Each also runs on Debian 13's Linux 7.3 and
 7.3-rt guests (each_kernel), the churn ones and A -> B -> C on 7.3-cloud;
-where scan is refused (guest/scan-validated-kernels) our driver's default
-is alloc there."""
+on a kernel where scan is refused (one guest/scan-validated-kernels
+lacks) our driver's default is alloc."""
 from hb.migration import PREALLOC_DST
 from hb.testlib import (assert_hinted, assert_intact, keep_writes_mode,
                         migrate, need_ours, our_qemu, tag, timeout)

@@ -464,7 +464,7 @@ def keep_writes_mode():
     HINT_KEEP_WRITES: scan when its build for the guest kernel says the
     kernel is one scan is validated on (modinfo scan_validated, the line of
     guest/scan-validated-kernels Kbuild matched), else alloc (scan refused:
-    7.3's -rt and -cloud flavours)."""
+    a kernel the list lacks)."""
     need_ours()
     r = subprocess.run(["modinfo", "-F", "scan_validated", ours_driver_path()],
                        capture_output=True, text=True, check=True)
