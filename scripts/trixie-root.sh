@@ -16,7 +16,7 @@
 #   trixie-root.sh unpack PKG SUITE
 #                                  unpack PKG of another suite (sid) at
 #                                  /opt/PKG-SUITE of the root, not
-#                                  installed (once per version)
+#                                  installed (once)
 #   trixie-root.sh run CMD...      run CMD in the root (as root, cwd /)
 #   trixie-root.sh path            print the root's directory
 #
@@ -141,7 +141,7 @@ do_install() {
 }
 
 # A tool newer than trixie has, from another suite, when what the root
-# needs of it depends on nothing trixie lacks: sid's sparse, the first
+# needs of it depends on nothing trixie lacks: sid's sparse, one
 # that Linux 7.3 accepts (scripts/checker-valid.sh asks for
 # __typeof_unqual__, which trixie's 0.6.4 lacks), needs only the C
 # library of its own binary.  The package is downloaded and unpacked, not
