@@ -14,6 +14,9 @@ of the QEMU series build and the hash of the driver sources:
                         runs and their losses) and how long it took
   bench-reporting.json  the published `make bench` runs (sets), each the
                         bench's summary.json with a note
+  soak.json             the published `make soak` runs (sets): per driver
+                        and scenario the runs intact and failed, and the
+                        bytes sent
 
 README.md's block between `<!-- results -->` and `<!-- /results -->` is
 made from demo.json and check.json, its configuration table (`<!-- configs -->`) from named
@@ -38,6 +41,9 @@ RESULTS = os.path.join(TOP, "Documentation", "results")
 DEMO = os.path.join(RESULTS, "demo.json")
 CHECK = os.path.join(RESULTS, "check.json")
 BENCH = os.path.join(RESULTS, "bench-reporting.json")
+SOAK = os.path.join(RESULTS, "soak.json")
+SOAK_RUN = os.path.join(TOP, "build", "soak", "soak.json")
+DATA_SAFETY = os.path.join(TOP, "Documentation", "data-safety.md")
 CHECK_RUN = os.path.join(TOP, "build", "results", "check.json")
 README = os.path.join(TOP, "README.md")
 BLOCK_RE = re.compile(r"(<!-- results[^>]*-->\n).*?(<!-- /results -->)",
@@ -595,6 +601,75 @@ def cost_text(b):
         f" µs.", 75, break_on_hyphens=False) + "\n"
 
 
+def publish_soak(path, note):
+    """Add the soak run at `path` (scripts/soak.py's tally) to soak.json
+    as a set: date, driver hash, series key, clean tree, repeats, minutes
+    and per driver/scenario the runs intact and failed and the bytes
+    sent (min, max)."""
+    run = _load(path)
+    if not run or "tally" not in run:
+        raise SystemExit(f"{path}: not a soak tally (scripts/soak.py)")
+    if run.get("dst_args") or os.path.basename(path) != "soak.json":
+        raise SystemExit(f"{path}: only soaks of our QEMU with default "
+                         "destinations are published")
+    runs = {}
+    for key, v in sorted(run["tally"].items()):
+        mb = [r["transferred_mb"] for r in v["runs"]
+              if r.get("transferred_mb") is not None]
+        runs[key] = {"ok": v["ok"], "failed": v["failed"],
+                     "bytes_mb": [min(mb), max(mb)] if mb else []}
+    done = [v["ok"] + v["failed"] for v in run["tally"].values()]
+    if min(done, default=0) < run["repeat"]:
+        raise SystemExit(f"{path}: a soak cut short ({min(done)} of "
+                         f"{run['repeat']} repeats): not published")
+    build = os.path.join(TOP, "build")
+    soak = _load(SOAK) or {"sets": []}
+    soak["sets"].append({
+        "date": datetime.date.today().isoformat(),
+        "driver_hash": driver_hash(),
+        "series_key": _read(os.path.join(build, "qemu", ".key")),
+        "source_clean": source_clean(),
+        "qemu": "ours 10.0 series", "repeat": run["repeat"],
+        "minutes": round(run.get("seconds", 0) / 60), "note": note,
+        "runs": runs})
+    with open(SOAK, "w") as f:
+        f.write(json.dumps(soak, indent=1, sort_keys=True) + "\n")
+
+
+# data-safety.md's sentence on the last published soak
+SOAK_RE = re.compile(r"(<!-- soak[^>]*-->\n).*?(<!-- /soak -->)", re.S)
+SOAK_DRIVERS = (("intree", "the in-tree driver"),
+                ("ours", "ours in scan mode"),
+                ("ours_alloc", "ours in alloc mode"))
+
+
+def soak_text(soak):
+    """data-safety.md's sentence on the last soak of soak.json: its code,
+    and per driver the runs intact of those run and the bytes sent."""
+    s = soak["sets"][-1]
+    runs = s["runs"]
+    scen = sorted({k.split("/", 1)[1] for k in runs})
+    per = []
+    for drv, name in SOAK_DRIVERS:
+        cells = [runs[f"{drv}/{sc}"] for sc in scen if f"{drv}/{sc}" in runs]
+        if not cells:
+            continue
+        ok = sum(c["ok"] for c in cells)
+        n = ok + sum(c["failed"] for c in cells)
+        mb = [m for c in cells for m in c["bytes_mb"]]
+        per.append(f"{name} {ok} of {n} intact ({min(mb):.0f}-"
+                   f"{max(mb):.0f} MB sent)")
+    code = (f"driver `{s['driver_hash']}`, series key `{s['series_key']}`"
+            if s.get("driver_hash") else
+            f"series key `{s['series_key']}`, a driver before the driver "
+            "hash was recorded")
+    return textwrap.fill(
+        f"The last published soak ({s.get('date', 'undated')}, {code}, "
+        f"our QEMU, {s['repeat']} rounds of the {_and(scen)} scenarios, "
+        f"{s['minutes']} min): {_and(per)}.", 75,
+        break_on_hyphens=False) + "\n"
+
+
 def _readme_texts():
     """README.md as it is and as demo.json, check.json and
     bench-reporting.json make it."""
@@ -637,6 +712,11 @@ def main(argv):
                         "bench-reporting.json and rewrite the block")
     pb.add_argument("summary", help="the bench run's summary.json")
     pb.add_argument("note", help="what it ran, any tuning")
+    ps = sub.add_parser("publish-soak",
+                        help="add build/soak/soak.json to soak.json and "
+                        "rewrite data-safety.md's soak sentence")
+    ps.add_argument("note", help="what it ran")
+    sub.add_parser("soak", help="rewrite data-safety.md's soak sentence")
     a = ap.parse_args(argv[1:])
     if a.command == "check-head":
         bad = []
@@ -652,6 +732,18 @@ def main(argv):
     if a.command in printers:
         make, path = printers[a.command]
         print(make(_load(path)))
+        return 0
+    if a.command in ("publish-soak", "soak"):
+        if a.command == "publish-soak":
+            publish_soak(SOAK_RUN, a.note)
+        with open(DATA_SAFETY) as f:
+            text = f.read()
+        if not SOAK_RE.search(text):
+            raise SystemExit(f"{DATA_SAFETY}: no <!-- soak --> block")
+        block = soak_text(_load(SOAK))
+        with open(DATA_SAFETY, "w") as f:
+            f.write(SOAK_RE.sub(lambda m: m.group(1) + block + m.group(2),
+                                text))
         return 0
     if a.command in ("configs", "cost"):
         rx, make = {"configs": (CONFIGS_RE, configs_table),

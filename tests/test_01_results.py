@@ -164,3 +164,22 @@ def test_readme_cost_is_made_from_the_committed_summary():
                     c.get("link_gbit")) == (wl, mem, smp, "d", None))
     cell["guest_cpu_ms"][0] += 100
     assert results.cost_text(bench) != block
+
+
+@tag("lint")
+def test_soak_sentence_is_made_from_the_published_soak():
+    """Documentation/data-safety.md's sentence on the last soak is what
+    `scripts/results.py soak` makes from soak.json, and the check sees a
+    changed count."""
+    with open(results.SOAK) as f:
+        soak = json.load(f)
+    with open(results.DATA_SAFETY) as f:
+        text = f.read()
+    m = results.SOAK_RE.search(text)
+    assert m, "data-safety.md has no <!-- soak --> block"
+    block = text[m.end(1):m.start(2)]
+    assert block == results.soak_text(soak), \
+        "data-safety.md's soak sentence differs from `scripts/results.py soak`"
+    cell = next(iter(soak["sets"][-1]["runs"].values()))
+    cell["failed"] += 1
+    assert results.soak_text(soak) != block
