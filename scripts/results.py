@@ -19,8 +19,11 @@ of the QEMU series build and the hash of the driver sources:
                         bytes sent
 
 README.md's block between `<!-- results -->` and `<!-- /results -->` is
-made from demo.json and check.json, its configuration table (`<!-- configs -->`) from named
-cells of bench-reporting.json.  check-head tells whether demo.json and
+made from demo.json and check.json, its configuration table (`<!--
+configs -->`) and cost sentence (`<!-- cost -->`) from named cells of
+bench-reporting.json, data-safety.md's soak sentence (`<!-- soak -->`)
+from soak.json; benchmarks.md's tables list the bench sets of HEAD's
+code.  check-head tells whether demo.json and
 check.json are of HEAD's driver and series.  The subcommands below write,
 check and print them.
 """
@@ -432,21 +435,45 @@ TARGET_COLUMNS = ("time<=r", "bytes<=r", "bytes<=0.7r", "d+r<=min(d,r)",
                   "downtime<=b+10", "time<=0.5b", "hinted<=2free")
 
 
+def head_sets(b, rev="HEAD"):
+    """The sets of bench-reporting.json `b` that are of commit rev's code
+    (driver hash and series key, from a tree that did not differ from its
+    commit), as (set number, set): the only ones the docs show.  The
+    others stay in the file, each naming its code."""
+    want = (driver_hash(rev), series_key(rev))
+    return [(i, x) for i, x in enumerate(b["sets"], 1)
+            if (x.get("meta", {}).get("driver_hash"),
+                x.get("meta", {}).get("our_qemu_key")) == want
+            and x.get("meta", {}).get("git_dirty") is False]
+
+
+def set_not_of_head(b, n, rev="HEAD"):
+    """Why set `n` of `b` is not of commit rev's code (a list of
+    reasons, empty when it is)."""
+    meta = b["sets"][n - 1].get("meta", {})
+    return not_of({"driver_hash": meta.get("driver_hash"),
+                   "series_key": meta.get("our_qemu_key"),
+                   "source_clean": meta.get("git_dirty") is False},
+                  f"bench set {n}", rev)
+
+
 def bench_targets(b):
-    """A markdown table: per set and cell, d's median / its bound for each
-    target the bench checked (report.py), **no** where it missed."""
+    """A markdown table: per set of HEAD's code (head_sets()) and cell,
+    d's median / its bound for each target the bench checked
+    (report.py), **no** where it missed."""
     def fig(v):
         return f"{v:,.0f}" if abs(v) >= 10 else f"{v:g}"
     # the targets added with the destination state and link, as columns
     # only once a set has them
+    sets = head_sets(b)
     names = list(TARGET_COLUMNS) + [
         n for n in ("time<=1.2floor", "downtime<=5")
-        if any(n in t["checks"] for x in b["sets"]
+        if any(n in t["checks"] for _, x in sets
                for t in x.get("targets", []))]
     head = ["set", "cell"] + names
     rows = ["| " + " | ".join(head) + " |",
             "|" + "---|" * len(head)]
-    for i, x in enumerate(b["sets"], 1):
+    for i, x in sets:
         meta = x.get("meta", {})
         label = str(i) + (" (prealloc)" if meta.get("dst_args") else "") + \
             (" (host-tuned)" if meta.get("host_tuned") else "")
@@ -469,12 +496,13 @@ def bench_targets(b):
 
 
 def bench_sets(b):
-    """A markdown table of the published bench sets: when, of which code
-    (driver hash, series key, whether the tree differed from its commit),
-    with which host tuning, what it ran."""
+    """A markdown table of the published bench sets of HEAD's code
+    (head_sets()): when, of which code (driver hash, series key, whether
+    the tree differed from its commit), with which host tuning, what it
+    ran."""
     rows = ["| set | date | driver | series key | tree | tuning | "
             "what it ran |", "|---|---|---|---|---|---|---|"]
-    for i, x in enumerate(b["sets"], 1):
+    for i, x in head_sets(b):
         meta = x.get("meta", {})
         dirty = meta.get("git_dirty")
         tree = {True: "dirty", False: "clean"}.get(dirty, "unknown")
@@ -511,19 +539,19 @@ CONFIG_ROWS = (
     ("every host runs our QEMU",
      "our QEMU, the VM opted in (`free-page-hint-keep-writes=on`), our "
      "driver: scan mode (d)",
-     ((24, "stale", 1024, 2, ("d", "r")),
-      (24, "stale", 1024, 2, ("d", "r"), 10))),
+     ((26, "stale", 1024, 2, ("d", "r")),
+      (26, "stale", 1024, 2, ("d", "r"), 10))),
     ("some hosts run Debian's QEMU",
      "our QEMU with the device defaults (no opt-in); on Debian's QEMU our "
      "driver hints in alloc mode (c) and today sends more than the in-tree "
      "driver with stock hinting (b): its rounds lose the race with the "
      "first pass, so guests that move to stock hosts keep the in-tree "
      "driver",
-     ((24, "stale", 1024, 2, ("c", "b")),)),
+     ((26, "stale", 1024, 2, ("c", "b")),)),
     ("free page reporting already on",
      "keep it and add ours (d+r): reporting gives memory back between "
      "migrations, hinting skips what is free when one starts",
-     ((24, "stale", 1024, 2, ("d+r", "r")),)),
+     ((26, "stale", 1024, 2, ("d+r", "r")),)),
 )
 CONFIGS_RE = re.compile(r"(<!-- configs[^>]*-->\n).*?(<!-- /configs -->)",
                         re.S)
@@ -571,7 +599,7 @@ def configs_table(b):
 # README.md's sentence on what hinting costs the guest: the set, workload,
 # MiB and vCPUs of the bench cells (d: scan mode on our QEMU, c: alloc mode
 # on Debian's) whose medians and ranges it quotes.
-COST_CELL = (24, "stale", 1024, 2)
+COST_CELL = (26, "stale", 1024, 2)
 COST_RE = re.compile(r"(<!-- cost[^>]*-->\n).*?(<!-- /cost -->)", re.S)
 
 
@@ -670,6 +698,20 @@ def soak_text(soak):
         break_on_hyphens=False) + "\n"
 
 
+def rewrite_block(name, path, rx, make, source):
+    """Rewrite the generated block `name` of `path` that `rx` finds
+    (between its markers) with what `make` makes of the summary at
+    `source`."""
+    with open(path) as f:
+        text = f.read()
+    m = rx.search(text)
+    if not m:
+        raise SystemExit(f"{path}: no <!-- {name} --> block")
+    block = make(_load(source))
+    with open(path, "w") as f:
+        f.write(text[:m.end(1)] + block + text[m.start(2):])
+
+
 def _readme_texts():
     """README.md as it is and as demo.json, check.json and
     bench-reporting.json make it."""
@@ -733,28 +775,14 @@ def main(argv):
         make, path = printers[a.command]
         print(make(_load(path)))
         return 0
-    if a.command in ("publish-soak", "soak"):
-        if a.command == "publish-soak":
-            publish_soak(SOAK_RUN, a.note)
-        with open(DATA_SAFETY) as f:
-            text = f.read()
-        if not SOAK_RE.search(text):
-            raise SystemExit(f"{DATA_SAFETY}: no <!-- soak --> block")
-        block = soak_text(_load(SOAK))
-        with open(DATA_SAFETY, "w") as f:
-            f.write(SOAK_RE.sub(lambda m: m.group(1) + block + m.group(2),
-                                text))
-        return 0
-    if a.command in ("configs", "cost"):
-        rx, make = {"configs": (CONFIGS_RE, configs_table),
-                    "cost": (COST_RE, cost_text)}[a.command]
-        with open(README) as f:
-            text = f.read()
-        if not rx.search(text):
-            raise SystemExit(f"{README}: no <!-- {a.command} --> block")
-        block = make(_load(BENCH))
-        with open(README, "w") as f:
-            f.write(rx.sub(lambda m: m.group(1) + block + m.group(2), text))
+    if a.command == "publish-soak":
+        publish_soak(SOAK_RUN, a.note)
+    blocks = {"configs": (README, CONFIGS_RE, configs_table, BENCH),
+              "cost": (README, COST_RE, cost_text, BENCH),
+              "soak": (DATA_SAFETY, SOAK_RE, soak_text, SOAK)}
+    name = a.command.removeprefix("publish-")
+    if name in blocks:
+        rewrite_block(name, *blocks[name])
         return 0
     if a.command == "publish-check":
         publish_check()

@@ -67,20 +67,26 @@ def test_results_of_other_code_are_caught():
 @tag("lint")
 def test_benchmarks_sets_table_is_made_from_the_committed_summary():
     """Documentation/benchmarks.md names the driver, series key, tree and
-    tuning of every published bench set as `scripts/results.py
-    bench-sets` prints them from bench-reporting.json, and the check sees
-    a set of another driver."""
+    tuning of every published bench set of HEAD's code as
+    `scripts/results.py bench-sets` prints them from bench-reporting.json,
+    and the check sees such a set become one of another driver."""
     with open(results.BENCH) as f:
         bench = json.load(f)
     table = results.bench_sets(bench)
-    assert table.count("\n") == len(bench["sets"]) + 1, table
+    sets = results.head_sets(bench)
+    assert sets, "no bench set of HEAD's driver and series is published"
+    assert table.count("\n") == len(sets) + 1, table
     with open(os.path.join(TOP, "Documentation", "benchmarks.md")) as f:
         text = f.read()
-    assert table in text, \
+    head = table.split("\n", 1)[0]
+    assert head in text, "benchmarks.md has no sets table"
+    start = text.index(head)
+    shown = text[start:text.index("\n\n", start)]
+    assert shown == table, \
         "benchmarks.md's sets table differs from `scripts/results.py " \
         "bench-sets`"
-    bench["sets"][0]["meta"]["driver_hash"] = "0123456789abcdef"
-    assert results.bench_sets(bench) not in text
+    sets[-1][1]["meta"]["driver_hash"] = "0123456789abcdef"
+    assert results.bench_sets(bench) != shown
 
 
 def _readme_block(rx, name):
@@ -183,3 +189,21 @@ def test_soak_sentence_is_made_from_the_published_soak():
     cell = next(iter(soak["sets"][-1]["runs"].values()))
     cell["failed"] += 1
     assert results.soak_text(soak) != block
+
+
+@tag("lint")
+def test_bench_sets_the_docs_quote_are_of_head():
+    """The bench sets README's configuration table and cost sentence
+    quote are of HEAD's driver and series, from a clean tree (benchmarks.md's
+    two tables list only such sets: results.head_sets()).  The premise:
+    set 1, of an old driver, is caught."""
+    with open(results.BENCH) as f:
+        bench = json.load(f)
+    quoted = {c[0] for _, _, cells in results.CONFIG_ROWS for c in cells}
+    quoted.add(results.COST_CELL[0])
+    bad = [r for n in sorted(quoted)
+           for r in results.set_not_of_head(bench, n)]
+    assert not bad, "\n".join(bad) + \
+        "\n(re-run those cells with scripts/bench and publish them)"
+    assert results.set_not_of_head(bench, 1)
+    assert 1 not in [i for i, _ in results.head_sets(bench)]
