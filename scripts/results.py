@@ -77,6 +77,12 @@ def _driver_file(rel):
     return d == "include" and name.endswith(".h")
 
 
+def built_series_key():
+    """The series key of build/qemu, the QEMU build the tests and the
+    demo run (scripts/build-qemu.sh writes it)."""
+    return _read(os.path.join(TOP, "build", "qemu", ".key"))
+
+
 def driver_hash(rev=None):
     """The first 16 hex digits of the SHA-256 of the driver's sources
     (guest/*.[ch], guest/Kbuild, guest/scan-validated-kernels and
@@ -151,13 +157,18 @@ def source_clean():
         return None
 
 
-def not_of(summary, name, rev="HEAD"):
+def code_of(rev="HEAD"):
+    """Commit rev's driver hash and series key, as a summary names them."""
+    return {"driver_hash": driver_hash(rev), "series_key": series_key(rev)}
+
+
+def not_of(summary, name, rev="HEAD", want=None):
     """What makes the summary `name` (demo.json, check.json) not a result
-    of commit rev: another driver hash or series key, or a tree that
-    differed from its commit; [] when it is of rev."""
+    of commit rev (whose code_of() `want` is, when the caller has it):
+    another driver hash or series key, or a tree that differed from its
+    commit; [] when it is of rev."""
     out = []
-    want = {"driver_hash": driver_hash(rev), "series_key": series_key(rev)}
-    for key, val in want.items():
+    for key, val in (want or code_of(rev)).items():
         if val is None:
             out.append(f"{name}: cannot compute {rev}'s {key} (make qemu "
                        "fetches the QEMU source)")
@@ -174,7 +185,7 @@ def demo_summary(rows, guest_kernel):
     The warm runs are the summary's rows, the cold ones its cold_rows."""
     build = os.path.join(TOP, "build")
     out = {"date": datetime.date.today().isoformat(),
-           "series_key": _read(os.path.join(build, "qemu", ".key")),
+           "series_key": built_series_key(),
            "our_qemu": _read(os.path.join(build, "qemu", "VERSION")),
            "stock_qemu": _read(os.path.join(build, "stock-qemu-10.0",
                                             "VERSION")),
@@ -294,10 +305,9 @@ def holds_sentence(c):
 def check_summary(run):
     """The summary of a runner's results (tests/run.py's check.json): no
     test names or messages, only what a reader of the README needs."""
-    build = os.path.join(TOP, "build")
     f = run.get("summary", {})
     return {"date": datetime.date.today().isoformat(),
-            "series_key": _read(os.path.join(build, "qemu", ".key")),
+            "series_key": built_series_key(),
             "driver_hash": driver_hash(),
             "source_clean": source_clean(),
             "counts": run.get("counts", {}),
@@ -435,26 +445,24 @@ TARGET_COLUMNS = ("time<=r", "bytes<=r", "bytes<=0.7r", "d+r<=min(d,r)",
                   "downtime<=b+10", "time<=0.5b", "hinted<=2free")
 
 
-def head_sets(b, rev="HEAD"):
-    """The sets of bench-reporting.json `b` that are of commit rev's code
-    (driver hash and series key, from a tree that did not differ from its
-    commit), as (set number, set): the only ones the docs show.  The
-    others stay in the file, each naming its code."""
-    want = (driver_hash(rev), series_key(rev))
-    return [(i, x) for i, x in enumerate(b["sets"], 1)
-            if (x.get("meta", {}).get("driver_hash"),
-                x.get("meta", {}).get("our_qemu_key")) == want
-            and x.get("meta", {}).get("git_dirty") is False]
-
-
-def set_not_of_head(b, n, rev="HEAD"):
-    """Why set `n` of `b` is not of commit rev's code (a list of
-    reasons, empty when it is)."""
+def set_not_of_head(b, n, rev="HEAD", want=None):
+    """Why set `n` of bench-reporting.json `b` is not of commit rev's
+    code (not_of(): its driver hash and series key, from a tree that did
+    not differ from its commit); empty when it is."""
     meta = b["sets"][n - 1].get("meta", {})
     return not_of({"driver_hash": meta.get("driver_hash"),
                    "series_key": meta.get("our_qemu_key"),
                    "source_clean": meta.get("git_dirty") is False},
-                  f"bench set {n}", rev)
+                  f"bench set {n}", rev, want)
+
+
+def head_sets(b, rev="HEAD"):
+    """The sets of `b` that are of commit rev's code, as (set number,
+    set): the only ones the docs show.  The others stay in the file, each
+    naming its code."""
+    want = code_of(rev)
+    return [(i, x) for i, x in enumerate(b["sets"], 1)
+            if not set_not_of_head(b, i, rev, want)]
 
 
 def bench_targets(b):
@@ -650,12 +658,11 @@ def publish_soak(path, note):
     if min(done, default=0) < run["repeat"]:
         raise SystemExit(f"{path}: a soak cut short ({min(done)} of "
                          f"{run['repeat']} repeats): not published")
-    build = os.path.join(TOP, "build")
     soak = _load(SOAK) or {"sets": []}
     soak["sets"].append({
         "date": datetime.date.today().isoformat(),
         "driver_hash": driver_hash(),
-        "series_key": _read(os.path.join(build, "qemu", ".key")),
+        "series_key": built_series_key(),
         "source_clean": source_clean(),
         "qemu": "ours 10.0 series", "repeat": run["repeat"],
         "minutes": round(run.get("seconds", 0) / 60), "note": note,

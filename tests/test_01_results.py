@@ -89,16 +89,16 @@ def test_benchmarks_sets_table_is_made_from_the_committed_summary():
     assert results.bench_sets(bench) != shown
 
 
-def _readme_block(rx, name):
-    """bench-reporting.json, and README.md's block `name` that `rx`
+def _doc_block(rx, name, summary=results.BENCH, doc=results.README):
+    """The summary at `summary`, and the block `name` of `doc` that `rx`
     finds (between its markers)."""
-    with open(results.BENCH) as f:
-        bench = json.load(f)
-    with open(os.path.join(TOP, "README.md")) as f:
+    with open(summary) as f:
+        data = json.load(f)
+    with open(doc) as f:
         text = f.read()
     m = rx.search(text)
-    assert m, f"README.md has no <!-- {name} --> block"
-    return bench, text[m.end(1):m.start(2)]
+    assert m, f"{os.path.basename(doc)} has no <!-- {name} --> block"
+    return data, text[m.end(1):m.start(2)]
 
 
 @tag("lint")
@@ -106,7 +106,7 @@ def test_readme_configurations_are_made_from_the_committed_summary():
     """README.md's configuration table is what `scripts/results.py
     configs` makes from bench-reporting.json (every figure a median of
     the cell it names), and the check sees a changed median."""
-    bench, block = _readme_block(results.CONFIGS_RE, "configs")
+    bench, block = _doc_block(results.CONFIGS_RE, "configs")
     assert block == results.configs_table(bench), \
         "README.md's configuration table differs from `scripts/results.py " \
         "configs`"
@@ -161,7 +161,7 @@ def test_readme_cost_is_made_from_the_committed_summary():
     """README.md's sentence on what the rounds cost the guest is what
     `scripts/results.py cost` makes from bench-reporting.json, and the
     check sees a changed median."""
-    bench, block = _readme_block(results.COST_RE, "cost")
+    bench, block = _doc_block(results.COST_RE, "cost")
     assert block == results.cost_text(bench), \
         "README.md's cost sentence differs from `scripts/results.py cost`"
     n, wl, mem, smp = results.COST_CELL
@@ -177,13 +177,8 @@ def test_soak_sentence_is_made_from_the_published_soak():
     """Documentation/data-safety.md's sentence on the last soak is what
     `scripts/results.py soak` makes from soak.json, and the check sees a
     changed count."""
-    with open(results.SOAK) as f:
-        soak = json.load(f)
-    with open(results.DATA_SAFETY) as f:
-        text = f.read()
-    m = results.SOAK_RE.search(text)
-    assert m, "data-safety.md has no <!-- soak --> block"
-    block = text[m.end(1):m.start(2)]
+    soak, block = _doc_block(results.SOAK_RE, "soak", results.SOAK,
+                             results.DATA_SAFETY)
     assert block == results.soak_text(soak), \
         "data-safety.md's soak sentence differs from `scripts/results.py soak`"
     cell = next(iter(soak["sets"][-1]["runs"].values()))
