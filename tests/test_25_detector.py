@@ -8,7 +8,8 @@ and on the destination's (console scans), an error line in the source
 QEMU's stderr (stderr scan), a real kernel crash of the destination, a
 migration without hinting, in the other mode, or whose hints covered too
 little or sent too much (hinting check, the last two on doctored copies of
-a real record), a hook's failed assert (propagates), a workload whose
+a real record; so are an in-tree driver's hints that all came late, run
+again up to three times), a hook's failed assert (propagates), a workload whose
 setup failed (setup check), a guest whose setup failed (boot check), a
 QEMU that aborts during boot (only the stock reference is launched again,
 and counted), a leak and a run-time error in an ASan build of our QEMU
@@ -24,10 +25,10 @@ from hb import env
 from hb.channel import GuestError, SetupError
 from hb.migration import wait_migration
 from hb.rigs import BootedGuest, tmpdir
-from hb.testlib import (FLOOR_FACTOR, HINT_COVERAGE, Skip, assert_hinted,
-                        assert_intact, assert_not_intact, drop_workdir,
-                        hint_figures, migrate, need_ours, our_qemu,
-                        record_reference, tag)
+from hb.testlib import (FLOOR_FACTOR, HINT_COVERAGE, LATE_HINT_RUNS, Skip,
+                        assert_hinted, assert_intact, assert_not_intact,
+                        drop_workdir, hint_figures, migrate, migrate_hinted,
+                        need_ours, our_qemu, record_reference, tag)
 from hb.vm import SANITIZER_REPORTS, STOCK_CRASHES, VM, live_vms
 from hb.workloads import HBWORK_PIDS, Scenario, prepare_guest, wait_guest
 
@@ -145,7 +146,9 @@ def test_detector_hints_that_cover_too_little_or_send_too_much():
     """A clean hinted migration passes assert_hinted(); copies of its
     record doctored to what a weak hinter would give fail it: cleared
     pages cut to half the stale data the scenario freed (coverage check),
-    bytes sent raised to twice the floor (floor check)."""
+    bytes sent raised to twice the floor (floor check).  Copies made the
+    in-tree driver's show migrate_hinted() run again a run whose hints all
+    came late, and only such a run (_late_hints_run_again)."""
     res = _run("detector-hint-figures")
     assert_intact(res, "clean run")
     assert_hinted(res, "scan", "clean run")
@@ -162,6 +165,36 @@ def test_detector_hints_that_cover_too_little_or_send_too_much():
     msg = _fails(assert_hinted, "twice the floor sent", big, "scan",
                  "doctored")
     assert f"more than {FLOOR_FACTOR}x its floor" in msg, msg
+    _late_hints_run_again(res)
+
+
+def _late_hints_run_again(res):
+    """migrate_hinted() on copies of `res` made the in-tree driver's: a run
+    whose hints all came after the first sync is made again, and the next
+    one that cleared pages passes; three such runs fail; a run whose hints
+    the device dropped for a reason of its own is not made again."""
+    intree = copy.deepcopy(res)
+    intree["config"]["balloon"] = "intree"
+    late = copy.deepcopy(intree)
+    late["device_src"].update({"cleared-pages": 0, "ignored-stale": 62})
+    bad = copy.deepcopy(late)
+    bad["device_src"]["ignored-unaligned"] = 1
+    for records, want_runs, passes in (((late, intree), 2, True),
+                                       ((late,) * 3, LATE_HINT_RUNS, False),
+                                       ((bad, intree), 1, False)):
+        runs = []
+
+        def run(n, records=records, runs=runs):
+            runs.append(n)
+            return copy.deepcopy(records[n - 1])
+        if passes:
+            out = migrate_hinted(run, None, "doctored")
+            assert out.get("hint_runs") == want_runs, out.get("hint_runs")
+        else:
+            msg = _fails(migrate_hinted, "hints that never cleared a page",
+                         run, None, "doctored")
+            assert "cleared no page" in msg, msg
+        assert runs == list(range(1, want_runs + 1)), (runs, want_runs)
 
 
 @tag("migrate", "detector")

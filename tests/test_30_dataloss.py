@@ -9,8 +9,9 @@ and checks many times over.  Each also runs on Debian 13's Linux 7.3 and
 on a kernel where scan is refused (one guest/scan-validated-kernels
 lacks) our driver's default is alloc."""
 from hb.migration import PREALLOC_DST
-from hb.testlib import (assert_hinted, assert_intact, keep_writes_mode,
-                        migrate, need_ours, our_qemu, tag, timeout)
+from hb.testlib import (again, assert_hinted, assert_intact,
+                        keep_writes_mode, migrate, migrate_hinted, need_ours,
+                        our_qemu, tag, timeout)
 from hb.workloads import (DATALOSS_DRIVERS, DATALOSS_MODES,
                           DATALOSS_SCENARIOS, Scenario)
 
@@ -27,12 +28,15 @@ def _run(driver, name, dst_args=(), label=""):
     if balloon == "ours":
         need_ours()
     what = f"{driver}/{name}{label}"
-    res = migrate(f"ours-{driver}-{name}{label}",
-                  src_bin=our_qemu(), balloon=balloon, hint=True,
-                  balloon_args=args, dst_args=dst_args,
-                  scenario=Scenario(**DATALOSS_SCENARIOS[name]))
-    assert_intact(res, what)
-    assert_hinted(res, _mode(driver), what)
+
+    def run(n):
+        res = migrate(f"ours-{driver}-{name}{label}" + again(n),
+                      src_bin=our_qemu(), balloon=balloon, hint=True,
+                      balloon_args=args, dst_args=dst_args,
+                      scenario=Scenario(**DATALOSS_SCENARIOS[name]))
+        assert_intact(res, what)
+        return res
+    res = migrate_hinted(run, _mode(driver), what)
     if dst_args:
         # The regime this test is for: the load did not wait for the
         # destination's page faults (~70 ms instead of ~450 ms at 1 GiB).
@@ -84,11 +88,15 @@ def test_our_qemu_churn_on_every_vcpu():
         if balloon == "ours":
             need_ours()
         what = f"{driver}/churn on 2 vCPUs"
-        res = migrate(f"ours-{driver}-churn-smp2", src_bin=our_qemu(),
-                      balloon=balloon, hint=True, balloon_args=args,
-                      scenario=Scenario("churn", smp=2, churn_procs=2))
-        assert_intact(res, what)
-        assert_hinted(res, _mode(driver), what)
+
+        def run(n):
+            res = migrate(f"ours-{driver}-churn-smp2" + again(n),
+                          src_bin=our_qemu(), balloon=balloon, hint=True,
+                          balloon_args=args,
+                          scenario=Scenario("churn", smp=2, churn_procs=2))
+            assert_intact(res, what)
+            return res
+        res = migrate_hinted(run, _mode(driver), what)
         assert res["verify"]["churn"]["procs"] == 2, res["verify"]["churn"]
 
 

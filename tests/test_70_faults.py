@@ -20,9 +20,9 @@ import time
 from hb import stop_race
 from hb.rigs import (HELD, MEM, THROTTLE, IothreadGate, Rig, final_migration,
                      held, held_parts, held_round)
-from hb.testlib import (CURRENT, assert_hinted, assert_intact, migrate,
-                        need_ours, our_keep_writes_qemu, our_qemu, tag,
-                        timeout)
+from hb.testlib import (CURRENT, again, assert_intact, migrate,
+                        migrate_hinted, need_ours, our_keep_writes_qemu,
+                        our_qemu, tag, timeout)
 from hb.verdicts import KERNEL_ERROR_RE
 from hb.vm import device_counters
 from hb.workloads import Scenario
@@ -392,15 +392,17 @@ def test_postcopy_with_hinting():
     need_ours()
     stale = MEM * 75 // 100
     for driver, args in (("ours", ""), ("intree", "")):
-        res = migrate(f"postcopy-{driver}", src_bin=our_qemu(),
-                      balloon=driver, hint=True, balloon_args=args,
-                      device_props="x-free-page-hint-postcopy=on",
-                      scenario=Scenario("stale", mem_mib=MEM,
-                                        postcopy_after_s=3))
-        assert_intact(res, f"postcopy, {driver} driver")
-        assert "postcopy-active" in res["states"], res["states"]
-        assert_hinted(res, "scan" if driver == "ours" else None,
-                      f"postcopy, {driver} driver")
+        def run(n, driver=driver, args=args):
+            res = migrate(f"postcopy-{driver}" + again(n), src_bin=our_qemu(),
+                          balloon=driver, hint=True, balloon_args=args,
+                          device_props="x-free-page-hint-postcopy=on",
+                          scenario=Scenario("stale", mem_mib=MEM,
+                                            postcopy_after_s=3))
+            assert_intact(res, f"postcopy, {driver} driver")
+            assert "postcopy-active" in res["states"], res["states"]
+            return res
+        res = migrate_hinted(run, "scan" if driver == "ours" else None,
+                             f"postcopy, {driver} driver")
         c = res.get("device_src") or {}
         ram = res["migration"].get("ram", {})
         print(f"    postcopy {driver}: switched at {res['postcopy']} s, "
