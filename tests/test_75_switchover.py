@@ -11,6 +11,12 @@ may happen, and which guest ABI each machine type gets.
   ram_hinted_resend_done, migration_switchover_hinted_pass_wait and
   migration_thread_low_pending (the switch-over decision).  No timing
   assertion.
+- Pre-send wait: for a guest that negotiated HINT_KEEP_WRITES the
+  migration sends no RAM until the guest has stopped its round and the
+  iothread has cleared the hints of the batch that carried that stop.  gdb
+  holds that batch's clear in the iothread: no RAM goes out meanwhile, and
+  its hints are cleared, not dropped as stale, once it runs.  Without the
+  wait the same hold lets the first pass run (the check shown to fire).
 - VIRTIO_BALLOON_F_HINT_KEEP_WRITES (bit 16): off by default on every
   machine type, offered only when the operator opts in
   (free-page-hint-keep-writes=on) and never without free-page-hint.  The
@@ -23,10 +29,14 @@ import os
 import re
 import subprocess
 
+import time
+
 from hb import env
 from hb.env import BUILD
-from hb.testlib import assert_intact, migrate, need_ours, our_qemu, tag
-from hb.vm import VM
+from hb.rigs import IothreadGate, Rig
+from hb.testlib import (CURRENT, assert_intact, migrate, need_ours,
+                        our_qemu, tag)
+from hb.vm import VM, device_counters
 from hb.workloads import Scenario
 
 KEEP_WRITES_BIT = 16
@@ -110,6 +120,121 @@ def test_switchover_waits_for_the_hinted_first_pass():
           f"downtime={res.get('downtime_ms')} ms")
     # Kept when an assertion fails: the trace is in src.log.
     subprocess.call(["rm", "-rf", res["workdir"]])
+
+
+# The batch that carried the guest's stop is held this long in the
+# iothread; the migration is limited to HOLD_BW, so that a first pass that
+# did not wait sends far more than HOLD_SEND_LIMIT meanwhile, while one
+# that waits sends no RAM page at all (the setup's headers only).
+HOLD_S = 3
+HOLD_BW = 32 << 20
+HOLD_SEND_LIMIT = 8 << 20
+# The pre-send wait's bound for the run that waits: far past the hold
+WAIT_MS = 30000
+# _hold_the_stop_batch(): the first batch's bound (a round of this guest
+# queues 9-16 elements), how long that batch is held, and the device's
+# default bound (VIRTQUEUE_MAX_SIZE), which its element array is sized for
+FIRST_BATCH = 2
+FIRST_HOLD_S = 2
+BATCH_MAX = 1024
+
+
+def _batch_max(gate, n):
+    """Set the device's batch bound (x-free-page-hint-batch-max) through
+    gdb: lowering it, and raising it back to the value its element array
+    was allocated for, is safe while the device runs."""
+    dev = "((VirtIOBalloon *)'balloon.c'::balloon_opaque)"
+    gate.gdb.send(f"set var {dev}->free_page_hint_batch_max = {n}\n"
+                  f"print {dev}->free_page_hint_batch_max", f"= {n}\n")
+
+
+def _hold_the_stop_batch(rig, gate):
+    """Hold the clear of the batch that carried the guest's stop, with
+    hints in it.  Which batch the stop comes in is up to the guest's and
+    the main loop's timing; gdb makes it certain.  The device pops at most
+    FIRST_BATCH elements at first (_batch_max), so the round's first batch
+    of hints leaves some behind; the gate holds its clear for
+    FIRST_HOLD_S, so that the main loop pops nothing more while the guest
+    queues the rest of its round and its stop; then the bound is raised
+    back and the batch let through: the next one carries the rest of the
+    hints and the stop (the device's status is "stop" while its clear is
+    held).  That one is held HOLD_S.  Returns the bytes the migration sent
+    during that hold."""
+    id0 = rig.counters0.get("cmd-id", 0)
+    for seen in range(10):
+        gate.wait_hit(120, seen)
+        c = device_counters(rig.vm) or {}
+        if c.get("cmd-id", 0) > id0 and c.get("status") == "stop":
+            t0 = rig.mig_status().get("ram", {}).get("transferred", 0)
+            time.sleep(HOLD_S)
+            st = rig.mig_status()
+            t1 = st.get("ram", {}).get("transferred", 0)
+            print(f"    batch {seen + 1} carried the stop (status "
+                  f"{c.get('status')}, {c.get('batches')} batches, "
+                  f"migration {st['status']}): {t1 - t0} bytes sent in the "
+                  f"{HOLD_S} s its clear was held", flush=True)
+            return t1 - t0
+        print(f"    batch {seen + 1}: status {c.get('status')}, "
+              f"{c.get('elements')} elements so far", flush=True)
+        time.sleep(FIRST_HOLD_S)
+        _batch_max(gate, BATCH_MAX)
+        gate.let_through()
+    raise AssertionError(f"no batch of the round carried the guest's stop "
+                         f"in 10: {device_counters(rig.vm)}")
+
+
+def _held_stop_run(label, wait_ms):
+    """A hinted migration (our driver, keep-writes) whose stop batch is
+    held (_hold_the_stop_batch); the guest's data verified after it.
+    Returns (bytes sent during the hold, ranges dropped as stale, pages
+    cleared by hints)."""
+    props = f"x-free-page-hint-wait-ms={wait_ms}"
+    with Rig(label, device_props=props, keep_writes=True) as rig:
+        rig.boot()
+        gate = IothreadGate(rig.vm, rig.dir)
+        try:
+            _batch_max(gate, FIRST_BATCH)
+            gate.close_gate()
+            rig.start_migration(bw=HOLD_BW)
+            sent = _hold_the_stop_batch(rig, gate)
+            gate.open_gate()
+        finally:
+            gate.stop()
+        rig.unthrottle()
+        info = rig.finish(300)
+        rig.verify(f"after the held stop batch, wait {wait_ms} ms")
+        stale = (rig.last_counters.get("ignored-stale", 0) -
+                 rig.counters0.get("ignored-stale", 0))
+        print(f"    wait {wait_ms} ms: {info['status']}, "
+              f"{info['ram']['transferred'] / 1e6:.1f} MB sent, "
+              f"{rig.hinted_pages()} pages cleared, {stale} ranges dropped "
+              f"as stale", flush=True)
+        return sent, stale, rig.hinted_pages()
+
+
+@tag("migrate", "switchover", "each_stack")
+def test_presend_wait_lasts_until_the_stop_batch_is_cleared():
+    """The pre-send wait ends only once the hints of the batch that carried
+    the guest's stop are cleared: with that batch's clear held in the
+    iothread for HOLD_S, the migration sends no RAM, and after it the
+    batch's hints are cleared, none dropped as stale.  The same hold with
+    no pre-send wait (x-free-page-hint-wait-ms=0) lets the first pass send
+    RAM meanwhile: the check fires."""
+    need_ours()
+    sent, stale, cleared = _held_stop_run("presend-held", WAIT_MS)
+    assert sent < HOLD_SEND_LIMIT, \
+        (f"{sent} bytes sent while the batch that carried the guest's stop "
+         f"was being cleared: the pre-send wait ended before its hints "
+         f"were cleared")
+    assert stale == 0, f"{stale} hint ranges dropped as stale"
+    assert cleared > 0, "no page cleared by hints"
+    sent0, _, _ = _held_stop_run("presend-held-nowait", 0)
+    CURRENT.add("faults")
+    assert sent0 >= HOLD_SEND_LIMIT, \
+        (f"without the pre-send wait only {sent0} bytes went out during "
+         f"the hold: the check cannot tell a wait from none")
+    print(f"    the check fires without the wait: {sent0} bytes sent "
+          f"during the hold, {sent} with it", flush=True)
 
 
 def _offered(binary, workdir, name, machine=None, props="",

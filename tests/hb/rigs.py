@@ -333,11 +333,22 @@ class IothreadGate:
     def close_gate(self):
         self.gdb.send(f"break {self.func}", "Breakpoint")
 
-    def wait_hit(self, timeout=60):
-        """Wait until the iothread stopped at the gate."""
+    def hits(self):
+        """How many times the iothread stopped at the gate."""
+        return self.gdb._log().count(  # pylint: disable=protected-access
+            "hit Breakpoint")
+
+    def wait_hit(self, timeout=60, seen=0):
+        """Wait until the iothread stopped at the gate more than `seen`
+        times."""
         self.gdb._await(  # pylint: disable=protected-access
-            lambda: "hit Breakpoint" in self.gdb._log(),  # pylint: disable=protected-access
+            lambda: self.hits() > seen,
             timeout, "the hint bottom half did not run")
+
+    def let_through(self):
+        """Let the held bottom half run once; the gate stays closed for the
+        next one."""
+        self.gdb.send("continue -a &", "Continuing.")
 
     def open_gate(self):
         self.gdb.send("delete\ncontinue -a &", "Continuing.")
