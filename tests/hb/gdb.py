@@ -93,6 +93,10 @@ class NonStopGdb:
     def _all_running(self):
         return "t" not in _thread_states(self.pid)
 
+    def text(self):
+        """What gdb printed so far."""
+        return self._log()
+
     def _log(self):
         with open(self.log, errors="replace") as f:
             return f.read()
