@@ -6,7 +6,7 @@ PY := /usr/bin/python3
 INITRD := build/initramfs.cpio.gz
 KVER ?= $(shell scripts/guest-kver.sh 2>/dev/null)
 
-.PHONY: all setup qemu qemu-asan guest image images debug-kernel deb host-deb \
+.PHONY: all setup qemu qemu-10.2 qemu-asan guest image images debug-kernel deb host-deb \
 	lint check demo bench soak reliability long kernels debug-check clean
 
 all: qemu guest images
@@ -21,6 +21,14 @@ qemu: setup
 	@bash scripts/build-qemu.sh 10.0
 	@bash scripts/stock-qemu.sh
 	@bash scripts/stock-qemu-11.sh
+
+# The series on QEMU 10.2, the base it is posted against upstream
+# (build/qemu-10.2), and the stock build of the same Debian source
+# (build/stock-qemu-10.2); `make check` runs the tests tagged
+# upstream_base on them.
+qemu-10.2: setup
+	@bash scripts/build-qemu.sh 10.2
+	@bash scripts/build-qemu.sh stock-10.2
 
 qemu-asan: setup
 	@SANITIZE=1 bash scripts/build-qemu.sh 10.0
@@ -129,7 +137,7 @@ endif
 
 # PUBLISH=1 (a whole run, no TAG): summarise it into
 # Documentation/results/check.json and README.md's result block.
-check: qemu images $(CHECK_DEPS)
+check: qemu qemu-10.2 images $(CHECK_DEPS)
 	@mkdir -p build/tmp
 	@$(CHECK_ENV) $(PY) tests/run.py $(CHECK_ARGS); rc=$$?; \
 	if [ "$(PUBLISH)" = 1 ] && [ -z "$(TAG)$(SANITIZE)" ]; then \
@@ -172,7 +180,7 @@ demo: qemu images
 
 # Each stack side by side with its stock pair; STACKS=10.0 for one.
 STACKS ?= 10.0
-bench: qemu images
+bench: qemu $(if $(filter 10.2,$(STACKS)),qemu-10.2) images
 	@mkdir -p build/tmp
 	@for s in $(STACKS); do \
 		$(PY) scripts/bench --stack $$s $(if $(QUICK),--quick) $(BENCH_ARGS) || exit 1; \

@@ -2,15 +2,22 @@
 # SPDX-License-Identifier: GPL-2.0
 # Build the patched QEMU for one base: Debian's qemu source package of that
 # base + host-qemu-patch/qemu-BASE/series, an x86_64-softmmu build with the
-# configure options of Debian's own package (scripts/qemu-env.sh).
+# configure options of Debian's own package (scripts/qemu-env.sh); or, for
+# stock-BASE, the same source and options without the series.
 #
-#   scripts/build-qemu.sh [10.0]      (default 10.0)
+#   scripts/build-qemu.sh [10.0|10.2|stock-10.2]      (default 10.0)
 #
-#   10.0: Debian 13's 1:10.0.x (apt-get source from trixie)
-#         -> build/qemu/qemu-system-x86_64
+#   10.0:       Debian 13's 1:10.0.x (apt-get source from trixie)
+#               -> build/qemu/qemu-system-x86_64
+#   10.2:       Debian's 1:10.2.2+ds-1 (apt-get source from unstable, whose
+#               deb-src index is fetched into the cache, apart from the
+#               host's apt lists) -> build/qemu-10.2/qemu-system-x86_64
+#   stock-10.2: the same source, no series
+#               -> build/stock-qemu-10.2/qemu-system-x86_64
 #
 # Each version is pinned; when the pinned version has left the archive, the
-# current one of the same Debian release is taken instead.
+# current one of the same Debian release is taken instead.  (The stock
+# reference of 10.0 is Debian's own binary: scripts/stock-qemu.sh.)
 #
 # The binary finds the firmware of the Debian packages seabios and ipxe-qemu
 # and of qemu-system-data without -L (--firmwarepath).
@@ -36,12 +43,19 @@ base=${1:-${BASE:-10.0}}
 say() { printf '[build-qemu %s] %s\n' "$base" "$*"; }
 die() { printf '[build-qemu %s] ERROR: %s\n' "$base" "$*" >&2; exit 1; }
 
+stock=0
 case "$base" in
 10.0)	pinned=${QEMU_SRC_VERSION:-1:10.0.13+ds-0+deb13u1}; suite=trixie; outname=qemu ;;
-*)	die "unknown base '$base' (10.0)" ;;
+10.2)	pinned=${QEMU_SRC_VERSION:-1:10.2.2+ds-1}; suite=sid; outname=qemu-10.2 ;;
+stock-10.2)
+	pinned=${QEMU_SRC_VERSION:-1:10.2.2+ds-1}; suite=sid
+	outname=stock-qemu-10.2; stock=1 ;;
+*)	die "unknown base '$base' (10.0, 10.2, stock-10.2)" ;;
 esac
-patchdir=$top/host-qemu-patch/qemu-$base
+srcbase=${base#stock-}
+patchdir=$top/host-qemu-patch/qemu-$srcbase
 series=$patchdir/series
+[ "$stock" = 0 ] || series=/nonexistent
 extra_cfg=()
 if [ "${SANITIZE:-0}" = 1 ]; then
 	outname=$outname-asan
@@ -59,14 +73,33 @@ flock 9
 . "$top/scripts/qemu-env.sh"
 
 # 1. The Debian source package, unpacked once per base into the cache.
-csrc=$cache/src/qemu-$base
+csrc=$cache/src/qemu-$srcbase
+# apt options for a suite whose deb-src the host's apt does not list: its
+# own sources list and lists directory in the cache.  Its Sources index is
+# checked against Debian's archive keys like any other; only Valid-Until is
+# waived (the mirror serves unstable's Release past it).
+apt_opts=()
+if [ "$suite" = sid ]; then
+	adir=$cache/apt-sid
+	mkdir -p "$adir/lists/partial"
+	echo "deb-src http://deb.debian.org/debian sid main" > "$adir/sources.list"
+	apt_opts=(-o "Dir::Etc::SourceList=$adir/sources.list"
+		  -o Dir::Etc::SourceParts=/dev/null
+		  -o "Dir::State::Lists=$adir/lists"
+		  -o Acquire::Check-Valid-Until=false -o APT::Sandbox::User=root)
+fi
 fetch_source() {
 	local tmp
 	tmp=$(mktemp -d "$cache/src/.fetch.XXXXXX")
+	if [ ${#apt_opts[@]} -gt 0 ]; then
+		say "fetching the $suite source index (apt-get update, lists in $adir)"
+		apt-get -q "${apt_opts[@]}" update > "$tmp/update.log" 2>&1 ||
+			{ cat "$tmp/update.log" >&2; rm -rf "$tmp"; die "apt-get update of $suite failed"; }
+	fi
 	say "fetching Debian source qemu=$pinned (apt-get source)"
-	if ! (cd "$tmp" && apt-get source -q --only-source "qemu=$pinned" >fetch.log 2>&1); then
+	if ! (cd "$tmp" && apt-get source -q "${apt_opts[@]}" --only-source "qemu=$pinned" >fetch.log 2>&1); then
 		say "pinned $pinned not in the archive; fetching the current $suite version"
-		(cd "$tmp" && apt-get source -q --only-source "qemu/$suite" >fetch.log 2>&1) ||
+		(cd "$tmp" && apt-get source -q "${apt_opts[@]}" --only-source "qemu/$suite" >fetch.log 2>&1) ||
 			{ cat "$tmp/fetch.log" >&2; rm -rf "$tmp"; die "apt-get source qemu/$suite failed"; }
 	fi
 	local d
@@ -92,7 +125,7 @@ fetch_source() {
 ) 8> "$cache/.src.lock"
 version=$(cat "$csrc/VERSION")
 say "source version $version"
-qemu_cfg "$base" "$csrc/qemu"
+qemu_cfg "$srcbase" "$csrc/qemu"
 cfg+=("${extra_cfg[@]}")
 
 key=$( { echo "$version"; echo "${cfg[*]}";

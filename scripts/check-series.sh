@@ -3,7 +3,7 @@
 # Check that every prefix of a QEMU series builds and that every patch
 # passes QEMU's scripts/checkpatch.pl.
 #
-#   scripts/check-series.sh [10.0]     (default 10.0)
+#   scripts/check-series.sh [10.0|10.2]     (default 10.0)
 #
 # The patches are applied one at a time, each as a commit, onto a git copy of
 # the Debian source that scripts/build-qemu.sh fetched into the machine cache;
@@ -33,7 +33,11 @@ version=$(cat "$csrc/VERSION")
 mapfile -t patches < <(grep -vE '^\s*(#|$)' "$series")
 [ ${#patches[@]} -gt 0 ] || die "empty series"
 
-outname=qemu
+case "$base" in
+10.0) outname=qemu ;;
+10.2) outname=qemu-10.2 ;;
+*) die "unknown base $base (10.0, 10.2)" ;;
+esac
 work=$top/build/check-series-$base
 mkdir -p "$work"
 # The tree and build directory of scripts/build-qemu.sh, so that ccache

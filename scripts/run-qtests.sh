@@ -8,14 +8,14 @@
 #
 #   scripts/run-qtests.sh [--base 10.0] [--quick|--full|--build-only] [--baseline]
 #
-#   --base        the QEMU base (default 10.0: build/qemu)
+#   --base        the QEMU base (default 10.0: build/qemu; 10.2: build/qemu-10.2)
 #   --quick       (default) qos-test restricted to the virtio-balloon graph
 #                 paths, qom-test, device-introspect-test (properties of
 #                 every device, including virtio-balloon-*)
 #   --full        --quick plus the whole migration-test (long under TCG)
 #   --build-only  build and stash the qtest binaries, run nothing
 #   --baseline    also run the same binaries against the unpatched Debian
-#                 build of the same QEMU version (build/stock-qemu-10.0)
+#                 build of the same QEMU version (build/stock-qemu-BASE)
 #
 # Environment:
 #   HB_OUR_QEMU   binary under test (default build/<base's dir>/qemu-system-x86_64)
@@ -39,7 +39,7 @@ base=10.0
 while [ $# -gt 0 ]; do
 	a=$1; shift
 	case "$a" in
-	--base) base=${1:?--base needs 10.0}; shift ;;
+	--base) base=${1:?--base needs 10.0 or 10.2}; shift ;;
 	--quick) mode=quick ;;
 	--full) mode=full ;;
 	--build-only) mode=build ;;
@@ -51,6 +51,7 @@ done
 
 case "$base" in
 10.0) outname=qemu; stock=$top/build/stock-qemu-10.0/qemu-system-x86_64 ;;
+10.2) outname=qemu-10.2; stock=$top/build/stock-qemu-10.2/qemu-system-x86_64 ;;
 *) die "unknown base $base" ;;
 esac
 ours=${HB_OUR_QEMU:-$top/build/$outname/qemu-system-x86_64}
