@@ -33,9 +33,12 @@ closing one (`N reference (recorded, not asserted)`), not as passed.  It
 still fails if it raises (the harness or the test breaking) or records no
 reference run.
 
-A test tagged `each_stack` runs once per supported stack (today one: QEMU
-10.0 with Linux 6.12), as NAME[10.0]; every other test runs on the default
-stack (HB_STACK, else 10.0).
+A test tagged `each_stack` runs once per stack of STACKS (QEMU 10.0 with
+Linux 6.12, the drop-in), as NAME[10.0]; one tagged `upstream_base` also
+runs on the series' upstream base, QEMU 10.2 against its stock build of the
+same source, as NAME[10.2] (with HB_STACK_MATRIX=full every each_stack
+test does); every other test runs on the default stack (HB_STACK, else
+10.0).
 
 A test tagged `cloud_kernel` (the kernel subset: boots, a hinted
 migration in each mode, the data-loss subset) also runs on Debian 13's
@@ -88,6 +91,11 @@ PR_SET_CHILD_SUBREAPER = 36
 _STOP = []              # the stop signals the runner got, in order
 EACH_STACK_TAG = "each_stack"
 STACKS = ("10.0",)
+# The upstream base and the tag of the tests that also run on it (make
+# check: qtests, the switch-over and rounds tests, a data-loss subset)
+UPSTREAM_STACK = "10.2"
+UPSTREAM_TAG = ("each_stack" if os.environ.get("HB_STACK_MATRIX") == "full"
+                else "upstream_base")
 # Guest kernels besides the stack's own: (tag, series)
 # `make check` runs the subset (tagged cloud_kernel) on every 7.3 flavour,
 # to stay within its time; `make kernels` (HB_KERNEL_MATRIX=full) runs
@@ -508,6 +516,11 @@ def main():
             (f"{n}[{se}]", st, se) for n, st in runs
             for ktag, se in KERNEL_RUNS
             if ktag in tags and _kver(se, st)]
+        # the upstream base with the stack's own guest kernel only (not in
+        # a sanitizer run: that build is of 10.0)
+        if UPSTREAM_TAG in tags and "debug_only" not in tags and \
+                not env.SANITIZE:
+            runs.append((f"{name}[{UPSTREAM_STACK}]", UPSTREAM_STACK, None))
         for run_name, stack, series in runs:
             if a.substr and not any(k in run_name for k in a.substr):
                 continue

@@ -13,7 +13,7 @@ import tomllib
 from hb.testlib import TOP, Skip, cleanup, sh, tag, timeout
 
 CACHE = os.environ.get("BH_CACHE", "/var/cache/balloon-hint")
-BASES = ("10.0",)
+BASES = ("10.0", "10.2")
 # Debian's source of each base, as scripts/build-qemu.sh fetched it
 QEMU_SRCS = {b: os.path.join(CACHE, "src", f"qemu-{b}", "qemu") for b in BASES}
 QEMU_SRC = QEMU_SRCS["10.0"]
@@ -199,6 +199,93 @@ def test_qemu_patches_pass_checkpatch():
             assert r.returncode == 0, f"{base}/{p}:\n{r.stdout[-2000:]}"
             txt = open(f"{d}/{p}").read()
             assert "Signed-off-by:" in txt, f"{base}/{p}: no Signed-off-by"
+
+
+def _series(base):
+    d = f"{TOP}/host-qemu-patch/qemu-{base}"
+    with open(f"{d}/series") as f:
+        return [ln.strip() for ln in f
+                if ln.strip() and not ln.startswith("#")]
+
+
+def _header(base, patch, field):
+    """The first line of header `field` (Subject, Date) of a patch, with
+    its folded continuation lines."""
+    with open(f"{TOP}/host-qemu-patch/qemu-{base}/{patch}") as f:
+        text = f.read().split("\n\n", 1)[0]
+    m = re.search(rf"^{field}: (.*(?:\n .*)*)", text, re.M)
+    assert m, f"{base}/{patch}: no {field}"
+    return " ".join(m.group(1).split())
+
+
+def _port_map(text):
+    """from-10.0's lines: [(10.0 file, kind, 10.2 file or None, why)]."""
+    out = []
+    for ln in text.splitlines():
+        if not ln.strip() or ln.startswith("#"):
+            continue
+        m = re.fullmatch(r"(\S+) (=|dropped: (.+)|-> (\S+): (.+))", ln)
+        assert m, f"from-10.0: malformed line {ln!r}"
+        if m.group(2) == "=":
+            out.append((m.group(1), "=", m.group(1), None))
+        elif m.group(3):
+            out.append((m.group(1), "dropped", None, m.group(3)))
+        else:
+            out.append((m.group(1), "->", m.group(4), m.group(5)))
+    return out
+
+
+def _check_port(text, s10, s102, header):
+    """The 10.2 series is the 10.0 one as from-10.0 (`text`) maps it: every
+    10.0 patch once, in order; a kept patch with its subject and author
+    date; nothing else."""
+    port = _port_map(text)
+    assert [p[0] for p in port] == s10, \
+        "from-10.0 does not list the 10.0 series in its order"
+    want = [p[2] for p in port if p[2]]
+    assert want == s102, \
+        f"the 10.2 series is not the mapped 10.0 one: {want} != {s102}"
+    for old, kind, new, _ in port:
+        if kind == "=":
+            for field in ("Subject", "Date"):
+                a, b = header("10.0", old, field), header("10.2", new, field)
+                assert a == b, f"{old}: {field} {a!r} on 10.0, {b!r} on 10.2"
+
+
+@tag("lint")
+def test_the_10_2_series_is_the_10_0_series_rebased():
+    """host-qemu-patch/qemu-10.2/from-10.0 maps each patch of the 10.0
+    series to this one (kept, re-titled or dropped, with why): both series
+    come from one history, so a fix lands in both.  The check fails on a
+    patch missing from the map, one out of order, and a kept patch whose
+    subject differs."""
+    with open(f"{TOP}/host-qemu-patch/qemu-10.2/from-10.0") as f:
+        text = f.read()
+    s10, s102 = _series("10.0"), _series("10.2")
+    _check_port(text, s10, s102, _header)
+    kept = sum(ln.endswith(" =") for ln in text.splitlines())
+    print(f"    {len(s10)} patches on 10.0, {len(s102)} on 10.2, {kept} "
+          "kept as they are", flush=True)
+    # the check fires
+    lines = text.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.endswith(" ="))
+    for bad, what in (
+            ("\n".join(lines[:first] + lines[first + 1:]), "a patch missing"),
+            ("\n".join(lines[:first] + [lines[first + 1], lines[first]] +
+                       lines[first + 2:]), "two patches swapped")):
+        try:
+            _check_port(bad, s10, s102, _header)
+        except AssertionError as exc:
+            print(f"    the check fires on {what}: {str(exc)[:80]}")
+        else:
+            raise AssertionError(f"the check passed {what}")
+    try:
+        _check_port(text, s10, s102, lambda b, p, f: (
+            "x" if (b, f) == ("10.2", "Subject") else _header(b, p, f)))
+    except AssertionError as exc:
+        print(f"    the check fires on a subject changed: {str(exc)[:80]}")
+    else:
+        raise AssertionError("the check passed a subject changed")
 
 
 @tag("lint", "series")

@@ -48,13 +48,17 @@ def _run(driver, name, dst_args=(), label=""):
 # On the debug kernel (make debug-check): a migration with churn in each
 # mode
 DEBUG_KERNEL_RUNS = (("ours", "churn"), ("ours_alloc", "churn"))
+# On QEMU 10.2, the upstream base: our driver at normal speed and under
+# churn, the in-tree one at normal speed
+UPSTREAM_RUNS = (("ours", "normal"), ("ours", "churn"), ("intree", "normal"))
 
 
 def _make(driver, name):
     @tag("dataloss", "each_stack", "each_kernel",
          *(("cloud_kernel",) if name == "normal" else ()),
          *(("debug_kernel",) if (driver, name) in DEBUG_KERNEL_RUNS
-           else ()))
+           else ()),
+         *(("upstream_base",) if (driver, name) in UPSTREAM_RUNS else ()))
     @timeout(900)
     def t():
         _run(driver, name)

@@ -60,7 +60,7 @@ def _trace_events(path, names):
     return out
 
 
-@tag("migrate", "switchover", "sanitize", "each_stack")
+@tag("migrate", "switchover", "sanitize", "each_stack", "upstream_base")
 def test_switchover_waits_for_the_hinted_first_pass():
     """A hinted migration of a guest with live data does not switch over
     before the first pass over RAM, which the hints shrank to that live

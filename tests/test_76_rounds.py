@@ -51,7 +51,7 @@ def _idle(ratio):
     return c, free
 
 
-@tag("rounds", "dataloss", "sanitize")
+@tag("rounds", "dataloss", "sanitize", "upstream_base")
 def test_idle_guest_is_hinted_once():
     """Default ratio: the idle guest's free memory is hinted at most twice
     (the first round, and at most one more) over the whole migration, and

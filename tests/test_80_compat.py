@@ -57,7 +57,7 @@ def _pair(driver, qemu):
     return res
 
 
-@tag("reliability", "compat")
+@tag("reliability", "compat", "upstream_base")
 def test_compat_intree_driver_our_qemu():
     _pair("intree", "ours")
 
@@ -68,7 +68,7 @@ def test_compat_our_driver_our_qemu():
 
 
 @reference
-@tag("reliability", "compat")
+@tag("reliability", "compat", "upstream_base")
 def test_compat_intree_driver_stock_qemu_reference():
     _pair("intree", "stock")
 

@@ -5,6 +5,7 @@ under TCG (scripts/run-qtests.sh).  The virtio-balloon subset is part of
 cannot be built is a failure like one that fails."""
 import os
 
+from hb import env
 from hb.testlib import TOP, sh, tag, timeout
 
 
@@ -18,12 +19,12 @@ def _run(args, limit):
         f"{p.stderr[-500:]}"
 
 
-@tag("reliability", "qtest")
+@tag("reliability", "qtest", "upstream_base")
 @timeout(3 * 3600)
 def test_qemu_qtests_virtio_balloon_subset():
     """qos-test (virtio-balloon paths), qom-test, device-introspect-test,
-    on our QEMU 10.0."""
-    _run("--base 10.0 --quick", 3 * 3600 - 60)
+    on our QEMU of the stack (10.0; 10.2, the upstream base)."""
+    _run(f"--base {env.STACK} --quick", 3 * 3600 - 60)
 
 
 @tag("qtest", "long")

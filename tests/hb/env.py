@@ -25,10 +25,13 @@ def _qemu_python():
     """Locate QEMU's python/ directory (qemu.machine, qemu.qmp)."""
     cands = sorted(glob.glob(os.path.join(BUILD, "src", "pristine", "qemu-*",
                                           "python")))
-    # scripts/build-qemu.sh keeps the Debian sources in the machine cache
-    cands += sorted(glob.glob(os.path.join(
-        os.environ.get("BH_CACHE", "/var/cache/balloon-hint"), "src",
-        "qemu-*", "qemu", "python")), reverse=True)
+    # scripts/build-qemu.sh keeps the Debian sources in the machine cache:
+    # the drop-in's (10.0) first, so that every stack's tests drive QEMU
+    # with the same Python package
+    src = os.path.join(os.environ.get("BH_CACHE", "/var/cache/balloon-hint"),
+                       "src")
+    cands += sorted(glob.glob(os.path.join(src, "qemu-*", "qemu", "python")),
+                    key=lambda p: ("/qemu-10.0/" not in p, p))
     if not cands:
         raise RuntimeError("QEMU source tree not found under build/src; "
                            "run scripts/build-qemu.sh first")
@@ -57,7 +60,12 @@ STOCK_QEMU_10 = os.path.join(BUILD, "stock-qemu-10.0", "qemu-system-x86_64")
 # wrapper that runs it in the Debian 13 root with its own libraries,
 # modules and firmware (scripts/stock-qemu-11.sh).
 STOCK_QEMU_11 = os.path.join(BUILD, "stock-qemu-11.1", "qemu-system-x86_64")
-STOCK_BINARIES = (STOCK_QEMU_10, STOCK_QEMU_11)
+# The upstream base: Debian's 10.2 source with the series (build/qemu-10.2)
+# and without it (build/stock-qemu-10.2), built by scripts/build-qemu.sh.
+OUR_QEMU_10_2 = os.path.join(BUILD, "qemu-10.2", "qemu-system-x86_64")
+STOCK_QEMU_10_2 = os.path.join(BUILD, "stock-qemu-10.2",
+                               "qemu-system-x86_64")
+STOCK_BINARIES = (STOCK_QEMU_10, STOCK_QEMU_11, STOCK_QEMU_10_2)
 # The modules of Debian's QEMU 10.0 (devices, displays, audio and block
 # drivers of its module packages).  Debian's binary loads modules from
 # DEBIAN_MODULE_PATH, where this host may have another QEMU's: it runs in
@@ -87,6 +95,8 @@ def module_wrapper(binary, modules=None):
 STACKS = {
     "10.0": {"ours": OUR_QEMU_10, "stock": STOCK_QEMU_10, "guest": "6.12",
              "old_machine": "pc-i440fx-9.2"},
+    "10.2": {"ours": OUR_QEMU_10_2, "stock": STOCK_QEMU_10_2,
+             "guest": "6.12", "old_machine": "pc-i440fx-9.2"},
 }
 DEFAULT_STACK = "10.0"
 
