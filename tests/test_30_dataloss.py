@@ -23,17 +23,21 @@ def _mode(driver):
     return DATALOSS_MODES[driver]
 
 
-def _run(driver, name, dst_args=(), label=""):
+def _run(driver, name, dst_args=(), label="", scenario=None):
+    """A hinted migration of scenario `name` (DATALOSS_SCENARIOS, or the
+    Scenario arguments `scenario`) with `driver` on our QEMU, its data and
+    hints checked."""
     balloon, args = DATALOSS_DRIVERS[driver]
     if balloon == "ours":
         need_ours()
     what = f"{driver}/{name}{label}"
+    scenario = scenario or DATALOSS_SCENARIOS[name]
 
     def run(n):
         res = migrate(f"ours-{driver}-{name}{label}" + again(n),
                       src_bin=our_qemu(), balloon=balloon, hint=True,
                       balloon_args=args, dst_args=dst_args,
-                      scenario=Scenario(**DATALOSS_SCENARIOS[name]))
+                      scenario=Scenario(**scenario))
         assert_intact(res, what)
         return res
     res = migrate_hinted(run, _mode(driver), what)
@@ -43,6 +47,7 @@ def _run(driver, name, dst_args=(), label=""):
         ram = res.get("dst_ram") or {}
         assert ram.get("rss_kb", 0) >= res["config"]["mem_mib"] << 10, \
             f"destination RAM not preallocated: {ram}"
+    return res
 
 
 # On the debug kernel (make debug-check): a migration with churn in each
@@ -88,19 +93,9 @@ def test_our_qemu_churn_on_every_vcpu():
     """Churn on both vCPUs of a 2-vCPU guest (one churn process each, the
     scheduler spreads them), our driver and the in-tree one."""
     for driver in ("ours", "intree"):
-        balloon, args = DATALOSS_DRIVERS[driver]
-        if balloon == "ours":
-            need_ours()
-        what = f"{driver}/churn on 2 vCPUs"
-
-        def run(n):
-            res = migrate(f"ours-{driver}-churn-smp2" + again(n),
-                          src_bin=our_qemu(), balloon=balloon, hint=True,
-                          balloon_args=args,
-                          scenario=Scenario("churn", smp=2, churn_procs=2))
-            assert_intact(res, what)
-            return res
-        res = migrate_hinted(run, _mode(driver), what)
+        res = _run(driver, "churn", label="-smp2",
+                   scenario={"workload": "churn", "smp": 2,
+                             "churn_procs": 2})
         assert res["verify"]["churn"]["procs"] == 2, res["verify"]["churn"]
 
 
