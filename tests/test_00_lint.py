@@ -187,25 +187,24 @@ def test_guest_w1_on_debian_13_kernels():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _series(base):
+    """The patches of a base's series, in order."""
+    with open(f"{TOP}/host-qemu-patch/qemu-{base}/series") as f:
+        return [ln.strip() for ln in f
+                if ln.strip() and not ln.startswith("#")]
+
+
 @tag("lint")
 def test_qemu_patches_pass_checkpatch():
     for base in BASES:
         d = f"{TOP}/host-qemu-patch/qemu-{base}"
-        patches = [l.strip() for l in open(f"{d}/series")
-                   if l.strip() and not l.startswith("#")]
+        patches = _series(base)
         assert patches, f"empty series for {base}"
         for p in patches:
             r = sh(f"cd {QEMU_SRCS[base]} && perl scripts/checkpatch.pl {d}/{p}")
             assert r.returncode == 0, f"{base}/{p}:\n{r.stdout[-2000:]}"
             txt = open(f"{d}/{p}").read()
             assert "Signed-off-by:" in txt, f"{base}/{p}: no Signed-off-by"
-
-
-def _series(base):
-    d = f"{TOP}/host-qemu-patch/qemu-{base}"
-    with open(f"{d}/series") as f:
-        return [ln.strip() for ln in f
-                if ln.strip() and not ln.startswith("#")]
 
 
 def _header(base, patch, field):

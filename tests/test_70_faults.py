@@ -249,9 +249,9 @@ def test_round_stop_waits_for_a_batch_in_flight():
     balloon iothread 90 ms at every batch clear while the guest writes
     64 MiB/s of fresh allocations).  Three runs, more until one had a held
     batch come after its round's sync (dropped as stale): the holds
-    happened, the host took hints, no page lost, no kernel or QEMU error.  Then the
-    detector: with the device's check forged away by gdb, runs lose the
-    churn's pages (up to RACE_FORGED_RUNS, until one does)."""
+    happened, the host took hints, no page lost, no kernel or QEMU error.
+    Then the detector: with the device's check forged away by gdb, runs
+    lose the churn's pages (up to RACE_FORGED_RUNS, until one does)."""
     need_ours()
     qemu = our_qemu()
     lines, stale = [], 0

@@ -28,7 +28,6 @@ any kernel error on its console."""
 import os
 import re
 import subprocess
-
 import time
 
 from hb import env

@@ -13,6 +13,18 @@ import time
 from .channel import GuestError
 
 
+def first_symbol(binary, names, what):
+    """The first of `names` that `binary` defines (nm), for a breakpoint on
+    whichever of them this build of QEMU has; `what` names them in the
+    error when none is there."""
+    syms = set(subprocess.run(["nm", binary], capture_output=True,
+                              text=True, check=True).stdout.split())
+    for name in names:
+        if name in syms:
+            return name
+    raise AssertionError(f"{binary}: no {what} ({', '.join(names)})")
+
+
 def _thread_states(pid):
     """The scheduler state letter of each thread of `pid` ('t': stopped by
     a tracer)."""

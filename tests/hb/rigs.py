@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from . import migration
-from .gdb import NonStopGdb
+from .gdb import NonStopGdb, first_symbol
 from .testlib import BUILD, CURRENT, our_qemu
 from .verdicts import MIGRATION_FAULT_RE
 from .vm import VM, balloon_stats, device_counters
@@ -311,12 +311,7 @@ HINT_BHS = ("virtio_balloon_free_page_clear",
 
 def hint_bh(binary):
     """The name of the hint bottom half in `binary`."""
-    syms = subprocess.run(["nm", binary], capture_output=True, text=True,
-                          check=True).stdout
-    for name in HINT_BHS:
-        if re.search(rf" {name}$", syms, re.M):
-            return name
-    raise AssertionError(f"{binary}: no free page hint bottom half")
+    return first_symbol(binary, HINT_BHS, "free page hint bottom half")
 
 
 class IothreadGate:
@@ -335,8 +330,7 @@ class IothreadGate:
 
     def hits(self):
         """How many times the iothread stopped at the gate."""
-        return self.gdb._log().count(  # pylint: disable=protected-access
-            "hit Breakpoint")
+        return self.gdb.text().count("hit Breakpoint")
 
     def wait_hit(self, timeout=60, seen=0):
         """Wait until the iothread stopped at the gate more than `seen`

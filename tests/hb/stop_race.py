@@ -24,12 +24,11 @@ device without it.  The same runs then lose the churn's writes
 (Documentation/data-safety.md, section 8).
 """
 import os
-import re
 import subprocess
 import tempfile
 
 from .env import BUILD
-from .gdb import NonStopGdb
+from .gdb import NonStopGdb, first_symbol
 from .migration import start_migration, wait_migration
 from .vm import VM, device_counters
 from .workloads import (HBWORK_PIDS, Scenario, start_churn, stop_churn,
@@ -63,21 +62,6 @@ end
 '''
 
 
-def _symbols(qemu):
-    return set(re.findall(r" T (\S+)$", subprocess.run(
-        ["nm", qemu], capture_output=True, text=True,
-        check=True).stdout, re.M))
-
-
-def clear_func(qemu):
-    """The batch clear function of `qemu` (CLEAR_FUNCS)."""
-    syms = _symbols(qemu)
-    for name in CLEAR_FUNCS:
-        if name in syms:
-            return name
-    raise AssertionError(f"{qemu}: none of {CLEAR_FUNCS}")
-
-
 def one_run(qemu, hold, wd, forge=False):
     """One migration under the held batches.  Returns (bad pages or None,
     description, ok, holds, ranges dropped as stale)."""
@@ -90,7 +74,8 @@ def one_run(qemu, hold, wd, forge=False):
         g = src.guest
         # stale free memory, so the rounds report a lot
         g.hbwork("fill 300 7")
-        script = HOLD_SCRIPT % {"hold": hold, "clear": clear_func(qemu),
+        script = HOLD_SCRIPT % {"hold": hold, "clear": first_symbol(
+            qemu, CLEAR_FUNCS, "batch clear function"),
                                 "forge": forge, "valid": VALID_FUNC}
         gdb = NonStopGdb(src.machine.get_pid(), wd, script)
         start_churn(g, Scenario("churn", mem_mib=512))
