@@ -10,11 +10,13 @@ drain end: the source hangs.  Ours takes no BQL in the iothread.
 
 - N hinted migrations (HB_SHARED_IOTHREAD_RUNS, default 20), each within
   its limit, with the guest's data and the disk's contents verified after
-  each one (`make long`: see the test).
+  each one.
 - The switch-over with the iothread held in the hint bottom half by gdb
   while a (throttled) disk write is in flight, then let go: the migration
-  must complete.  Run against a QEMU that takes the BQL in that bottom half
-  (the series before this rework), this test fails with the hang.
+  must complete.
+- The detector: the same hold, let go in the old order (gdb makes the held
+  iothread take the BQL first, as the series did before its iothread
+  stopped taking it): the switch-over hangs.
 
 The disk's check: the guest writes 64 KiB blocks, each filled with its
 block number and a sequence number, and logs every completed write; after
@@ -161,18 +163,14 @@ class _DiskRig(Rig):
                           "sleep 0.1; done; [ -b /dev/vda ]")
 
 
-@tag("reliability", "faults", "iothread", "long")
-@timeout(3600)
+@tag("reliability", "faults", "iothread")
+@timeout(1200)
 def test_shared_iothread_disk_writes_hinted_migrations():
     """N hinted migrations with the balloon and a busy disk on one
     iothread: each completes within its limit; guest data and disk
-    contents verified after each.
-
-    In `make long`, not `make check`: a virtio-blk write in flight at the
-    switch-over sometimes never completes on the destination (the guest's
-    writer waits in fsync, one request in /sys/block/vda/inflight), with
-    Debian's QEMU 10.0 as with ours, hinting or not: a stock virtio-blk
-    issue this test finds, not the balloon's."""
+    contents verified after each.  A disk write that never completes on
+    the destination fails it with the guest's view of the disk
+    (/sys/block/vda/inflight, the writer's stack)."""
     need_ours()
     runs = int(os.environ.get("HB_SHARED_IOTHREAD_RUNS", "20"))
     with _DiskRig("shared-io") as rig:
@@ -198,9 +196,29 @@ def test_shared_iothread_disk_writes_hinted_migrations():
               flush=True)
 
 
-# Long: under load the guest's disk write can stay in flight for good, as it
-# does with stock QEMU (see the 20-migration test above).
-@tag("reliability", "faults", "iothread", "long")
+def _gated_disk_guest(rig):
+    """Boot the disk guest with its writer busy; the gate of its hint
+    bottom half, attached and open."""
+    rig.boot_with_disk()
+    _start_writer(rig.vm, 0)
+    time.sleep(2)
+    return IothreadGate(rig.vm, rig.dir)
+
+
+def _hold_into_switchover(rig, gate):
+    """Hold the hint bottom half at its entry, start a throttled migration
+    and let it run to its switch-over: the VM stops and the disk's
+    in-flight write waits for the held iothread."""
+    gate.close_gate()
+    rig.start_migration(bw=THROTTLE)
+    gate.wait_hit(120)
+    print("    iothread held in the hint bottom half", flush=True)
+    rig.unthrottle()
+    # no QMP here: while the drain waits, the BQL is taken
+    time.sleep(5)
+
+
+@tag("reliability", "faults", "iothread")
 @timeout(900)
 def test_shared_iothread_switchover_while_hint_bh_held():
     """The switch-over while the hint bottom half holds the shared iothread
@@ -208,20 +226,9 @@ def test_shared_iothread_switchover_while_hint_bh_held():
     the drain ends and the migration completes; data and disk verified."""
     need_ours()
     with _DiskRig("shared-io-held", bps_write=1 << 20) as rig:
-        rig.boot_with_disk()
-        _start_writer(rig.vm, 0)
-        time.sleep(2)
-        gate = IothreadGate(rig.vm, rig.dir)
+        gate = _gated_disk_guest(rig)
         try:
-            gate.close_gate()
-            rig.start_migration(bw=THROTTLE)
-            gate.wait_hit(120)
-            print("    iothread held in the hint bottom half", flush=True)
-            # let the migration reach its switch-over: the VM stops and the
-            # disk's in-flight write waits for the held iothread
-            rig.unthrottle()
-            # no QMP here: while the drain waits, the BQL is taken
-            time.sleep(5)
+            _hold_into_switchover(rig, gate)
             gate.open_gate()
             try:
                 info = rig.finish(MIGRATION_LIMIT_S)
@@ -242,3 +249,39 @@ def test_shared_iothread_switchover_while_hint_bh_held():
         assert stale > 0, (rig.counters0, rig.last_counters)
         rig.verify("after the held switch-over")
         _check_disk(rig.vm, rig.image, "after the held switch-over")
+
+
+# How long the old order is watched for its deadlock
+OLD_ORDER_WATCH_S = 30
+
+
+@tag("reliability", "faults", "iothread", "detector")
+@timeout(600)
+def test_detector_old_lock_order_hangs_the_switchover():
+    """The same hold, let go as the hint bottom half did before the series
+    stopped taking the BQL in the iothread: gdb makes the held thread take
+    the BQL first.  The migration thread holds the BQL in the switch-over's
+    drain, which waits for the disk's write in that same iothread: for
+    OLD_ORDER_WATCH_S the iothread does not get the BQL and the
+    destination stays incoming.  (The test above, letting the thread go in
+    today's order, completes.)"""
+    need_ours()
+    with _DiskRig("shared-io-old-order", bps_write=1 << 20) as rig:
+        gate = _gated_disk_guest(rig)
+        try:
+            _hold_into_switchover(rig, gate)
+            gate.open_gate_taking_bql()
+            time.sleep(OLD_ORDER_WATCH_S)
+            taken = gate.bql_taken()
+            dst = rig.dst.qmp("query-status")["status"]
+        finally:
+            # the source is deadlocked (or not): it goes before its gdb
+            rig.migration_fault()
+            rig.vm.kill()
+            gate.kill()
+        CURRENT.add("faults")
+        print(f"    after {OLD_ORDER_WATCH_S} s: the iothread "
+              f"{'got' if taken else 'still waits for'} the BQL, the "
+              f"destination is {dst}", flush=True)
+        assert not taken and dst == "inmigrate", \
+            "the old lock order did not hang the switch-over"

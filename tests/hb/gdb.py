@@ -115,10 +115,12 @@ class NonStopGdb:
 
     def send(self, cmds, expect, timeout=60):
         """Send gdb commands and wait until `expect` appears once more in
-        its output."""
-        n = self._log().count(expect)
+        its output (expect None: do not wait)."""
+        n = self._log().count(expect) if expect else 0
         self.proc.stdin.write(cmds.encode() + b"\n")
         self.proc.stdin.flush()
+        if expect is None:
+            return
         self._await(lambda: self._log().count(expect) > n, timeout,
                     f"gdb: no {expect!r} after {cmds!r}")
 

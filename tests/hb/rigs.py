@@ -347,8 +347,27 @@ class IothreadGate:
     def open_gate(self):
         self.gdb.send("delete\ncontinue -a &", "Continuing.")
 
+    def open_gate_taking_bql(self):
+        """Let the held bottom half go as the series did before its
+        iothread stopped taking the BQL: the held thread takes the BQL (and
+        drops it) before it goes on.  gdb answers nothing more while that
+        thread waits for the BQL; bql_taken() tells whether it got it."""
+        hit = re.findall(r"Thread (\d+) .*hit Breakpoint", self.gdb.text())
+        assert hit, self.gdb.text()[-2000:]
+        self.gdb.send(f"delete\nthread {hit[-1]}", "Switching to thread")
+        self.gdb.send('call (void)bql_lock_impl("hb-old-order", 0)\n'
+                      "echo HB-BQL-TAKEN\\n\n"
+                      "call (void)bql_unlock()\ncontinue -a &", None)
+
+    def bql_taken(self):
+        return "HB-BQL-TAKEN" in self.gdb.text()
+
     def stop(self):
         self.gdb.detach()
+
+    def kill(self):
+        """For a QEMU already killed, or killed next."""
+        self.gdb.kill()
 
 
 class BootedGuest:
