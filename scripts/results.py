@@ -447,9 +447,15 @@ TARGET_COLUMNS = ("time<=r", "bytes<=r", "bytes<=0.7r", "d+r<=min(d,r)",
 
 def set_not_of_head(b, n, rev="HEAD", want=None):
     """Why set `n` of bench-reporting.json `b` is not of commit rev's
-    code (not_of(): its driver hash and series key, from a tree that did
-    not differ from its commit); empty when it is."""
+    code (not_of(): its driver hash and the series key of its stack's
+    base, from a tree that did not differ from its commit); empty when it
+    is."""
     meta = b["sets"][n - 1].get("meta", {})
+    stack = meta.get("stack") or "10.0"
+    if stack != "10.0":
+        # a set of the series on another base: that base's key
+        want = {"driver_hash": driver_hash(rev),
+                "series_key": series_key(rev, stack)}
     return not_of({"driver_hash": meta.get("driver_hash"),
                    "series_key": meta.get("our_qemu_key"),
                    "source_clean": meta.get("git_dirty") is False},

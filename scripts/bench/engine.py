@@ -121,7 +121,8 @@ def run_one(cell, rep, our_bin, seed, dst_args=(),
     cell, the watchdog's verdict and the wall time added."""
     qemu, balloon, hint, bargs, _ = scenarios.CONFIGS[cell.config]
     extra = scenarios.extras(cell.config)
-    binary = env.STOCK_QEMU if qemu == "stock" else our_bin
+    binary = {"stock": env.STOCK_QEMU,
+              "stock11": env.STOCK_QEMU_11}.get(qemu, our_bin)
     sc = scenarios.scenario(cell, seed, downtime_limit_ms)
     settle = scenarios.settles(cell)
     multifd = extra.get("multifd_channels", 0)

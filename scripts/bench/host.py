@@ -227,6 +227,8 @@ def machine_info(our_bin):
         "host": sh("uname -a"),
         "host_cmdline": sh("cat /proc/cmdline"),
         "stock_qemu": sh(f"{env.STOCK_QEMU} --version | head -1"),
+        "stock_qemu_11": (sh(f"{env.STOCK_QEMU_11} --version | head -1")
+                          if os.access(env.STOCK_QEMU_11, os.X_OK) else None),
         "our_qemu": sh(f"{our_bin} --version | head -1"),
         "our_qemu_key": sh(f"cat {os.path.dirname(env.OUR_QEMU)}/.key"),
         "our_qemu_patched": "free-page-hint-wait-ms" in sh(

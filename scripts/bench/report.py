@@ -1002,7 +1002,8 @@ def summary(results):
     out = {"what": "make bench (scripts/bench): medians [min, max] per "
                    "cell over its intact runs; TCG timings",
            "meta": {k: meta.get(k) for k in (
-               "stack", "guest_kernel", "stock_qemu", "our_qemu",
+               "stack", "guest_kernel", "stock_qemu", "stock_qemu_11",
+               "our_qemu",
                "our_qemu_key", "mode", "repeats", "compare_repeats",
                "started", "elapsed_min", "downtime_limit_ms", "dst_args",
                "host_tuned", "nproc", "fault_ns_per_4k", "git", "git_dirty",

@@ -13,6 +13,8 @@ times.  Configurations:
   d+r  d with free-page-reporting=on
   a+mf, d+mf: a, d with multifd, 2 channels (zero pages found by the
      multifd threads: zero-page-detection=multifd, QEMU's default)
+  b11, r11: b, r on Debian's newest QEMU, 11.1 (trixie-backports, run in
+     the Debian 13 root: env.STOCK_QEMU_11), as reference rows
 
 With free page reporting on (r, d+r) a migration starts only once the
 guest's reporting has settled (hb.vm.settle_reporting()), except in
@@ -65,6 +67,8 @@ CONFIGS = {
     "d+r": ("ours", "ours", True, "", "d with free-page-reporting=on"),
     "a+mf": ("stock", "intree", False, "", "a with multifd, 2 channels"),
     "d+mf": ("ours", "ours", True, "", "d with multifd, 2 channels"),
+    "b11": ("stock11", "intree", True, "", "b on Debian's QEMU 11.1"),
+    "r11": ("stock11", "intree", False, "", "r on Debian's QEMU 11.1"),
 }
 # What a configuration sets besides the above: more balloon properties,
 # multifd channels, and whether its migrations wait for free page
@@ -73,11 +77,12 @@ REPORTING = "free-page-reporting=on"
 CONFIG_EXTRAS = {
     "r": {"device_props": REPORTING, "settle": True},
     "d+r": {"device_props": REPORTING, "settle": True},
+    "r11": {"device_props": REPORTING, "settle": True},
     "a+mf": {"multifd_channels": 2},
     "d+mf": {"multifd_channels": 2},
 }
 CONFIG_ORDER = ["a", "b", "c", "d", "c-alloc", "c-res0", "c-kick1", "d-alloc",
-                "r", "d+r", "a+mf", "d+mf"]
+                "r", "d+r", "a+mf", "d+mf", "b11", "r11"]
 WORKLOAD_ORDER = ["fresh", "stale", "frag", "churn", "churn-all",
                   "fresh+churn-all", "cache", "stale+bw", "stale-abc",
                   "recent", "snapshot", "reuse"]
