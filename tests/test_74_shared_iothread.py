@@ -23,6 +23,7 @@ block number and a sequence number, and logs every completed write; after
 each migration it stops writing, and every block must hold its last logged
 write, read back through the guest (page cache dropped) and from the image
 file on the host."""
+import contextlib
 import glob
 import gzip
 import os
@@ -196,26 +197,29 @@ def test_shared_iothread_disk_writes_hinted_migrations():
               flush=True)
 
 
-def _gated_disk_guest(rig):
-    """Boot the disk guest with its writer busy; the gate of its hint
-    bottom half, attached and open."""
-    rig.boot_with_disk()
-    _start_writer(rig.vm, 0)
-    time.sleep(2)
-    return IothreadGate(rig.vm, rig.dir)
-
-
-def _hold_into_switchover(rig, gate):
-    """Hold the hint bottom half at its entry, start a throttled migration
-    and let it run to its switch-over: the VM stops and the disk's
-    in-flight write waits for the held iothread."""
-    gate.close_gate()
-    rig.start_migration(bw=THROTTLE)
-    gate.wait_hit(120)
-    print("    iothread held in the hint bottom half", flush=True)
-    rig.unthrottle()
-    # no QMP here: while the drain waits, the BQL is taken
-    time.sleep(5)
+@contextlib.contextmanager
+def _held_at_switchover(label):
+    """A disk guest whose writer is busy, its hint bottom half held at its
+    entry by gdb, and a throttled migration run to its switch-over: the VM
+    stops and the disk's in-flight write waits for the held iothread.
+    Yields (rig, gate); gdb detaches at the end."""
+    need_ours()
+    with _DiskRig(label, bps_write=1 << 20) as rig:
+        rig.boot_with_disk()
+        _start_writer(rig.vm, 0)
+        time.sleep(2)
+        gate = IothreadGate(rig.vm, rig.dir)
+        try:
+            gate.close_gate()
+            rig.start_migration(bw=THROTTLE)
+            gate.wait_hit(120)
+            print("    iothread held in the hint bottom half", flush=True)
+            rig.unthrottle()
+            # no QMP here: while the drain waits, the BQL is taken
+            time.sleep(5)
+            yield rig, gate
+        finally:
+            gate.stop()
 
 
 @tag("reliability", "faults", "iothread")
@@ -224,20 +228,14 @@ def test_shared_iothread_switchover_while_hint_bh_held():
     """The switch-over while the hint bottom half holds the shared iothread
     and a throttled disk write is in flight: once gdb lets the iothread go,
     the drain ends and the migration completes; data and disk verified."""
-    need_ours()
-    with _DiskRig("shared-io-held", bps_write=1 << 20) as rig:
-        gate = _gated_disk_guest(rig)
+    with _held_at_switchover("shared-io-held") as (rig, gate):
+        gate.open_gate()
         try:
-            _hold_into_switchover(rig, gate)
-            gate.open_gate()
-            try:
-                info = rig.finish(MIGRATION_LIMIT_S)
-            except (TimeoutError, GuestError) as exc:
-                raise AssertionError(
-                    "the source hung at the switch-over once the hint "
-                    f"bottom half ran: {type(exc).__name__}: {exc}") from exc
-        finally:
-            gate.stop()
+            info = rig.finish(MIGRATION_LIMIT_S)
+        except (TimeoutError, GuestError) as exc:
+            raise AssertionError(
+                "the source hung at the switch-over once the hint "
+                f"bottom half ran: {type(exc).__name__}: {exc}") from exc
         CURRENT.add("faults")
         stale = (rig.last_counters.get("ignored-stale", 0) -
                  rig.counters0.get("ignored-stale", 0))
@@ -265,23 +263,17 @@ def test_detector_old_lock_order_hangs_the_switchover():
     OLD_ORDER_WATCH_S the iothread does not get the BQL and the
     destination stays incoming.  (The test above, letting the thread go in
     today's order, completes.)"""
-    need_ours()
-    with _DiskRig("shared-io-old-order", bps_write=1 << 20) as rig:
-        gate = _gated_disk_guest(rig)
-        try:
-            _hold_into_switchover(rig, gate)
-            gate.open_gate_taking_bql()
-            time.sleep(OLD_ORDER_WATCH_S)
-            taken = gate.bql_taken()
-            dst = rig.dst.qmp("query-status")["status"]
-        finally:
-            # the source is deadlocked (or not): it goes before its gdb
-            rig.migration_fault()
-            rig.vm.kill()
-            gate.kill()
-        CURRENT.add("faults")
-        print(f"    after {OLD_ORDER_WATCH_S} s: the iothread "
-              f"{'got' if taken else 'still waits for'} the BQL, the "
-              f"destination is {dst}", flush=True)
-        assert not taken and dst == "inmigrate", \
-            "the old lock order did not hang the switch-over"
+    with _held_at_switchover("shared-io-old-order") as (rig, gate):
+        gate.open_gate_taking_bql()
+        time.sleep(OLD_ORDER_WATCH_S)
+        taken = gate.bql_taken()
+        dst = rig.dst.qmp("query-status")["status"]
+        # the source is deadlocked (or not): it goes before its gdb
+        rig.migration_fault()
+        rig.vm.kill()
+    CURRENT.add("faults")
+    print(f"    after {OLD_ORDER_WATCH_S} s: the iothread "
+          f"{'got' if taken else 'still waits for'} the BQL, the "
+          f"destination is {dst}", flush=True)
+    assert not taken and dst == "inmigrate", \
+        "the old lock order did not hang the switch-over"

@@ -365,10 +365,6 @@ class IothreadGate:
     def stop(self):
         self.gdb.detach()
 
-    def kill(self):
-        """For a QEMU already killed, or killed next."""
-        self.gdb.kill()
-
 
 class BootedGuest:
     """One booted guest, never migrated, as a context manager yielding its
