@@ -202,3 +202,20 @@ def test_bench_sets_the_docs_quote_are_of_head():
         "\n(re-run those cells with scripts/bench and publish them)"
     assert results.set_not_of_head(bench, 1)
     assert 1 not in [i for i, _ in results.head_sets(bench)]
+
+
+@tag("lint")
+def test_a_set_of_the_10_2_stack_is_judged_by_its_series_key():
+    """A bench set of the series on QEMU 10.2 is of HEAD when its key is
+    the 10.2 series' key at HEAD (a set of the 10.0 stack with that key
+    is not), so the docs may show sets of both bases."""
+    want = {"driver_hash": results.driver_hash("HEAD"),
+            "series_key": results.series_key("HEAD", "10.2")}
+    assert want["series_key"], "no 10.2 source in the cache (make qemu-10.2)"
+
+    def judged(stack):
+        meta = {"stack": stack, "driver_hash": want["driver_hash"],
+                "our_qemu_key": want["series_key"], "git_dirty": False}
+        return results.set_not_of_head({"sets": [{"meta": meta}]}, 1)
+    assert not judged("10.2"), judged("10.2")
+    assert judged("10.0"), "a 10.0 set with the 10.2 key passed"
