@@ -17,8 +17,9 @@ setup:
 # Our QEMU 10.0 (build/qemu), Debian's own QEMU 10.0 as the stock
 # reference (build/stock-qemu-10.0) and Debian's newest QEMU, 11.1, as a
 # stock fleet peer run in the Debian 13 root (build/stock-qemu-11.1).
+# SANITIZE is the ASan build's (qemu-asan): these are the plain builds.
 qemu: setup
-	@bash scripts/build-qemu.sh 10.0
+	@SANITIZE= bash scripts/build-qemu.sh 10.0
 	@bash scripts/stock-qemu.sh
 	@bash scripts/stock-qemu-11.sh
 
@@ -27,8 +28,8 @@ qemu: setup
 # (build/stock-qemu-10.2); `make check` runs the tests tagged
 # upstream_base on them.
 qemu-10.2: setup
-	@bash scripts/build-qemu.sh 10.2
-	@bash scripts/build-qemu.sh stock-10.2
+	@SANITIZE= bash scripts/build-qemu.sh 10.2
+	@SANITIZE= bash scripts/build-qemu.sh stock-10.2
 
 qemu-asan: setup
 	@SANITIZE=1 bash scripts/build-qemu.sh 10.0
