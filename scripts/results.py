@@ -157,9 +157,11 @@ def source_clean():
         return None
 
 
-def code_of(rev="HEAD"):
-    """Commit rev's driver hash and series key, as a summary names them."""
-    return {"driver_hash": driver_hash(rev), "series_key": series_key(rev)}
+def code_of(rev="HEAD", base="10.0"):
+    """Commit rev's driver hash and the series key of base, as a summary
+    names them."""
+    return {"driver_hash": driver_hash(rev),
+            "series_key": series_key(rev, base)}
 
 
 def not_of(summary, name, rev="HEAD", want=None):
@@ -454,8 +456,7 @@ def set_not_of_head(b, n, rev="HEAD", want=None):
     stack = meta.get("stack") or "10.0"
     if stack != "10.0":
         # a set of the series on another base: that base's key
-        want = {"driver_hash": driver_hash(rev),
-                "series_key": series_key(rev, stack)}
+        want = code_of(rev, stack)
     return not_of({"driver_hash": meta.get("driver_hash"),
                    "series_key": meta.get("our_qemu_key"),
                    "source_clean": meta.get("git_dirty") is False},

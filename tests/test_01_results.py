@@ -209,8 +209,7 @@ def test_a_set_of_the_10_2_stack_is_judged_by_its_series_key():
     """A bench set of the series on QEMU 10.2 is of HEAD when its key is
     the 10.2 series' key at HEAD (a set of the 10.0 stack with that key
     is not), so the docs may show sets of both bases."""
-    want = {"driver_hash": results.driver_hash("HEAD"),
-            "series_key": results.series_key("HEAD", "10.2")}
+    want = results.code_of("HEAD", "10.2")
     assert want["series_key"], "no 10.2 source in the cache (make qemu-10.2)"
 
     def judged(stack):
