@@ -29,12 +29,16 @@ import gzip
 import os
 import shutil
 import subprocess
+import threading
 import time
 
 from hb.channel import GuestError
 from hb.env import guest_initrd, guest_kver
+from hb.gdb import NonStopGdb
 from hb.rigs import THROTTLE, IothreadGate, Rig
-from hb.testlib import CURRENT, need_ours, tag, timeout, wait_for
+from hb.env import STOCK_QEMU_10_2
+from hb.testlib import (CURRENT, need_ours, record_reference, reference,
+                         tag, timeout, wait_for)
 
 BLOCK = 64 << 10
 NBLOCKS = 64
@@ -106,6 +110,28 @@ def _start_writer(vm, first_seq):
         "touch /tmp/blk.done) > /dev/null 2>&1 &")
 
 
+def _blk_queues(vm):
+    """The disk's request queues as QEMU sees them: what each took from the
+    guest and gave back, and whether the guest was told.  A completion the
+    guest never heard of shows as a queue with nothing in use while the
+    guest still counts a request in flight."""
+    keys = ("last-avail-idx", "used-idx", "signalled-used",
+            "signalled-used-valid", "inuse")
+    try:
+        path = next(d["path"] for d in vm.qmp("x-query-virtio")
+                    if "hbblk" in d["path"])
+        out = []
+        for q in range(vm.qmp("x-query-virtio-status",
+                              path=path)["num-vqs"]):
+            st = vm.qmp("x-query-virtio-queue-status", path=path, queue=q)
+            out.append(f"queue {q}: " +
+                       ", ".join(f"{k}={st.get(k)}" for k in keys))
+        return "QEMU's " + "; ".join(out)
+    except Exception as exc:  # pylint: disable=broad-except
+        # the diagnostic must not hide the failure it explains
+        return f"QEMU's queues not read: {exc}"
+
+
 def _check_disk(vm, image, what):
     """Stop the writer; every block written holds its last logged write, in
     the guest (read past its page cache) and in the image file.  Returns
@@ -121,7 +147,7 @@ def _check_disk(vm, image, what):
             "cat /sys/block/vda/inflight; for p in $(pidof dd); do "
             "cat /proc/$p/stack; done; tail -2 /tmp/blk.log", check=False)
         raise AssertionError(f"[{what}] the disk writer did not stop: "
-                             f"{diag}") from None
+                             f"{diag}; {_blk_queues(vm)}") from None
     _, out = vm.guest.run(
         "sync; echo 3 > /proc/sys/vm/drop_caches; "
         "awk '{last[$1]=$2} END {for (b in last) print b, last[b]}' "
@@ -149,8 +175,8 @@ def _check_disk(vm, image, what):
 class _DiskRig(Rig):
     """A Rig whose VMs have the shared-iothread disk and virtio_blk."""
 
-    def __init__(self, label, bps_write=None):
-        super().__init__(label)
+    def __init__(self, label, bps_write=None, **kw):
+        super().__init__(label, **kw)
         self.image = os.path.join(self.dir, "disk.raw")
         with open(self.image, "wb") as f:
             f.truncate(NBLOCKS * BLOCK)
@@ -227,7 +253,12 @@ def _held_at_switchover(label):
 def test_shared_iothread_switchover_while_hint_bh_held():
     """The switch-over while the hint bottom half holds the shared iothread
     and a throttled disk write is in flight: once gdb lets the iothread go,
-    the drain ends and the migration completes; data and disk verified."""
+    the drain ends and the migration completes; data and disk verified.
+    The write completes in the iothread just as the VM stop drains it:
+    without patch 1 of the series (virtio-blk waits for the iothread's
+    deferred guest notification before closing the notifiers) about one
+    run in five loses the notification, and the guest's writer hangs on
+    the destination with QEMU's queue empty."""
     with _held_at_switchover("shared-io-held") as (rig, gate):
         gate.open_gate()
         try:
@@ -277,3 +308,162 @@ def test_detector_old_lock_order_hangs_the_switchover():
           f"destination is {dst}", flush=True)
     assert not taken and dst == "inmigrate", \
         "the old lock order did not hang the switch-over"
+
+
+# gdb, attached to the VM's QEMU in non-stop mode: once a VM stop has
+# begun draining the disk (blk_drain() inside virtio_blk_stop_ioeventfd()),
+# the first guest notification the iothread sends for a completed request
+# holds that thread at its start.  With SKIP_WAIT, the stop does not wait
+# for the iothread after the drain (the wait patch 1 adds is returned from
+# at once).
+_STOP_HOLD = """set $hb_in_stop = 0
+set $hb_armed = 0
+break virtio_blk_stop_ioeventfd
+commands
+silent
+set $hb_in_stop = 1
+continue
+end
+break blk_drain if $hb_in_stop == 1
+commands
+silent
+set $hb_in_stop = 0
+set $hb_armed = 1
+continue
+end
+break virtio_notify_irqfd_deferred_fn if $hb_armed == 1
+"""
+_SKIP_WAIT = """break aio_wait_bh_oneshot if cb == virtio_blk_ioeventfd_stop_sync_bh
+commands
+silent
+echo HB-WAIT-SKIPPED\\n
+return
+continue
+end
+"""
+# How long the held iothread is kept: a stop that does not wait for it
+# ends well within this
+STOP_HOLD_S = 5
+
+
+def _stop_with_held_notification(rig, skip_wait=False, attempts=6):
+    """Stop the VM (QMP stop) while its disk's writes are in flight, hold
+    the iothread at the notification of a write the stop's drain
+    completed, let it go after STOP_HOLD_S, and run the VM again.  Returns
+    whether the stop had ended while the iothread was held.  A stop whose
+    drain found nothing in flight is undone and tried again."""
+    gdb = NonStopGdb(rig.vm.machine.get_pid(), rig.dir,
+                     _STOP_HOLD + (_SKIP_WAIT if skip_wait else ""))
+    try:
+        for n in range(attempts):
+            seen = gdb.text().count("hit Breakpoint")
+            done = threading.Event()
+            stopper = threading.Thread(
+                target=lambda: (rig.vm.qmp("stop", qmp_timeout=120),
+                                done.set()), daemon=True)
+            stopper.start()
+            deadline = time.time() + 20
+            while (gdb.text().count("hit Breakpoint") == seen and
+                   not done.is_set() and time.time() < deadline):
+                time.sleep(0.2)
+            if gdb.text().count("hit Breakpoint") == seen:
+                # nothing completed after the drain began: undo, retry
+                stopper.join(60)
+                gdb.send("set $hb_armed = 0", None)
+                rig.vm.qmp("cont")
+                print(f"    attempt {n + 1}: no write completed by the "
+                      "stop's drain", flush=True)
+                time.sleep(1)
+                continue
+            ended = done.wait(STOP_HOLD_S)
+            gdb.send("set $hb_armed = 0\ncontinue -a &", "Continuing.")
+            stopper.join(120)
+            assert done.is_set(), "the stop did not end once let go"
+            rig.vm.qmp("cont")
+            print(f"    attempt {n + 1}: iothread held at a completion's "
+                  "notification; the stop "
+                  f"{'ended meanwhile' if ended else 'waited for it'}",
+                  flush=True)
+            if skip_wait:
+                assert "HB-WAIT-SKIPPED" in gdb.text(), gdb.text()[-2000:]
+            return ended
+        raise AssertionError(f"no write completed during {attempts} stops' "
+                             "drains")
+    finally:
+        gdb.detach()
+
+
+@tag("reliability", "faults", "iothread", "upstream_base")
+@timeout(600)
+def test_disk_completion_at_a_vm_stop_reaches_the_guest():
+    """A VM stop whose drain completes a disk write while the iothread
+    still has to send that write's notification: the stop waits for the
+    iothread (held 5 s by gdb) before closing the guest notifiers, and the
+    guest, run again, hears of the write: its writer stops and the disk
+    holds what it wrote."""
+    need_ours()
+    with _DiskRig("disk-stop", bps_write=1 << 20) as rig:
+        rig.boot_with_disk()
+        _start_writer(rig.vm, 0)
+        time.sleep(2)
+        ended = _stop_with_held_notification(rig)
+        CURRENT.add("faults")
+        assert not ended, "the stop closed the notifiers before the " \
+            "iothread sent the notification it owed"
+        _check_disk(rig.vm, rig.image, "after the stop")
+        rig.verify("after the stop")
+
+
+@tag("reliability", "faults", "iothread", "detector")
+@timeout(600)
+def test_detector_stop_without_the_wait_loses_the_completion():
+    """The same stop, with gdb making the stop return at once from the
+    wait patch 1 adds: the stop ends while the iothread is held, the
+    notification it sends once let go finds the notifier closed, and the
+    guest's writer never hears of its write (the disk check fires)."""
+    need_ours()
+    with _DiskRig("disk-stop-det", bps_write=1 << 20) as rig:
+        rig.boot_with_disk()
+        _start_writer(rig.vm, 0)
+        time.sleep(2)
+        ended = _stop_with_held_notification(rig, skip_wait=True)
+        CURRENT.add("faults")
+        assert ended, "the stop waited for the iothread without the wait"
+        try:
+            _check_disk(rig.vm, rig.image, "detector")
+        except AssertionError as exc:
+            assert "did not stop" in str(exc), exc
+            print(f"    the disk check fires: {str(exc)[:160]}", flush=True)
+        else:
+            raise AssertionError("the guest heard of its write although "
+                                 "the stop did not wait")
+
+
+@reference
+@tag("iothread", "reference")
+@timeout(600)
+def test_stock_vm_stop_with_a_completion_in_flight():
+    """Reference: the same stop on the stock build of QEMU 10.2 (its source
+    without the series): recorded whether the stop ended while the
+    iothread still owed the notification, and whether the guest heard of
+    its write."""
+    with _DiskRig("disk-stop-stock", bps_write=1 << 20,
+                  binary=STOCK_QEMU_10_2) as rig:
+        rig.boot_with_disk()
+        _start_writer(rig.vm, 0)
+        time.sleep(2)
+        ended = _stop_with_held_notification(rig)
+        res = {"ok": True, "error": "", "workdir": rig.dir,
+               "stop_ended_while_held": ended}
+        try:
+            _check_disk(rig.vm, rig.image, "stock")
+        except AssertionError as exc:
+            if "did not stop" not in str(exc):
+                raise
+            res.update(ok=False, error="the guest never heard of its write: "
+                       f"{str(exc)[:300]}")
+        record_reference(res, "stock-10.2-vm-stop")
+        print(f"    stock 10.2: the stop {'ended' if ended else 'waited'} "
+              "while the iothread was held; the guest "
+              f"{'heard of' if res['ok'] else 'never heard of'} its write",
+              flush=True)
