@@ -33,10 +33,9 @@ import threading
 import time
 
 from hb.channel import GuestError
-from hb.env import guest_initrd, guest_kver
+from hb.env import STOCK_QEMU_10_2, guest_initrd, guest_kver
 from hb.gdb import NonStopGdb
 from hb.rigs import THROTTLE, IothreadGate, Rig
-from hb.env import STOCK_QEMU_10_2
 from hb.testlib import (CURRENT, need_ours, record_reference, reference,
                          tag, timeout, wait_for)
 
@@ -224,16 +223,37 @@ def test_shared_iothread_disk_writes_hinted_migrations():
 
 
 @contextlib.contextmanager
+def _busy_disk(label, **rig_kw):
+    """A booted disk guest (writes throttled to 1 MiB/s) whose writer has
+    been busy for 2 s.  Yields the rig."""
+    with _DiskRig(label, bps_write=1 << 20, **rig_kw) as rig:
+        rig.boot_with_disk()
+        _start_writer(rig.vm, 0)
+        time.sleep(2)
+        yield rig
+
+
+def _writer_hung(rig, what):
+    """The disk check, for a writer that may never have heard of its last
+    write: None if it passed, the check's message if the writer did not
+    stop within HUNG_WRITER_S (any other failure raises)."""
+    try:
+        _check_disk(rig.vm, rig.image, what, wait_s=HUNG_WRITER_S)
+    except AssertionError as exc:
+        if "did not stop" not in str(exc):
+            raise
+        return str(exc)
+    return None
+
+
+@contextlib.contextmanager
 def _held_at_switchover(label):
     """A disk guest whose writer is busy, its hint bottom half held at its
     entry by gdb, and a throttled migration run to its switch-over: the VM
     stops and the disk's in-flight write waits for the held iothread.
     Yields (rig, gate); gdb detaches at the end."""
     need_ours()
-    with _DiskRig(label, bps_write=1 << 20) as rig:
-        rig.boot_with_disk()
-        _start_writer(rig.vm, 0)
-        time.sleep(2)
+    with _busy_disk(label) as rig:
         gate = IothreadGate(rig.vm, rig.dir)
         try:
             gate.close_gate()
@@ -405,10 +425,7 @@ def test_disk_completion_at_a_vm_stop_reaches_the_guest():
     guest, run again, hears of the write: its writer stops and the disk
     holds what it wrote."""
     need_ours()
-    with _DiskRig("disk-stop", bps_write=1 << 20) as rig:
-        rig.boot_with_disk()
-        _start_writer(rig.vm, 0)
-        time.sleep(2)
+    with _busy_disk("disk-stop") as rig:
         ended = _stop_with_held_notification(rig)
         CURRENT.add("faults")
         assert not ended, "the stop closed the notifiers before the " \
@@ -425,21 +442,14 @@ def test_detector_stop_without_the_wait_loses_the_completion():
     notification it sends once let go finds the notifier closed, and the
     guest's writer never hears of its write (the disk check fires)."""
     need_ours()
-    with _DiskRig("disk-stop-det", bps_write=1 << 20) as rig:
-        rig.boot_with_disk()
-        _start_writer(rig.vm, 0)
-        time.sleep(2)
+    with _busy_disk("disk-stop-det") as rig:
         ended = _stop_with_held_notification(rig, skip_wait=True)
         CURRENT.add("faults")
         assert ended, "the stop waited for the iothread without the wait"
-        try:
-            _check_disk(rig.vm, rig.image, "detector", wait_s=HUNG_WRITER_S)
-        except AssertionError as exc:
-            assert "did not stop" in str(exc), exc
-            print(f"    the disk check fires: {str(exc)[:160]}", flush=True)
-        else:
-            raise AssertionError("the guest heard of its write although "
-                                 "the stop did not wait")
+        hung = _writer_hung(rig, "detector")
+        assert hung, ("the guest heard of its write although the stop did "
+                      "not wait")
+        print(f"    the disk check fires: {hung[:160]}", flush=True)
 
 
 @reference
@@ -450,21 +460,13 @@ def test_stock_vm_stop_with_a_completion_in_flight():
     without the series): recorded whether the stop ended while the
     iothread still owed the notification, and whether the guest heard of
     its write."""
-    with _DiskRig("disk-stop-stock", bps_write=1 << 20,
-                  binary=STOCK_QEMU_10_2) as rig:
-        rig.boot_with_disk()
-        _start_writer(rig.vm, 0)
-        time.sleep(2)
+    with _busy_disk("disk-stop-stock", binary=STOCK_QEMU_10_2) as rig:
         ended = _stop_with_held_notification(rig)
-        res = {"ok": True, "error": "", "workdir": rig.dir,
-               "stop_ended_while_held": ended}
-        try:
-            _check_disk(rig.vm, rig.image, "stock", wait_s=HUNG_WRITER_S)
-        except AssertionError as exc:
-            if "did not stop" not in str(exc):
-                raise
-            res.update(ok=False, error="the guest never heard of its write: "
-                       f"{str(exc)[:300]}")
+        hung = _writer_hung(rig, "stock")
+        res = {"ok": not hung, "workdir": rig.dir,
+               "stop_ended_while_held": ended,
+               "error": (f"the guest never heard of its write: {hung[:300]}"
+                         if hung else "")}
         record_reference(res, "stock-10.2-vm-stop")
         print(f"    stock 10.2: the stop {'ended' if ended else 'waited'} "
               "while the iothread was held; the guest "
