@@ -71,6 +71,7 @@ image: setup
 	fi
 	@KVER=$(KVER) bash scripts/mk-initramfs.sh build/initramfs-$(KVER).cpio.gz \
 		$(MODDIR)/guest/virtio_balloon.ko
+	@bash scripts/mk-boot-image.sh $(KVER) build/vmlinux-$(KVER)
 	@if [ "$(KVER)" = "$(DEFAULT_KVER)" ]; then \
 		ln -sf initramfs-$(KVER).cpio.gz $(INITRD); fi
 
@@ -156,10 +157,12 @@ soak: qemu images
 	@REPEAT=$${REPEAT:-20} $(PY) scripts/soak.py
 
 # Every each_kernel test on Linux 7.3 and 7.3-rt (make check runs the
-# kernel subset there), and on the debug kernel once it is built.
+# kernel subset there), on the debug kernel once it is built, and the
+# driver contract of test_45 on 6.1 as well as 6.12 (make check runs its
+# hinted migration and modes on 6.1).
 kernels: qemu images
 	@mkdir -p build/tmp
-	@HB_KERNEL_MATRIX=full $(PY) tests/run.py --tag each_kernel --tag debug_only -k '[7.3'
+	@HB_KERNEL_MATRIX=full $(PY) tests/run.py --tag each_kernel --tag debug_only -k '[7.3' -k 'test_45_guest_contract.'
 
 # The debug kernel's subset (`make debug-kernel` builds it): a round in
 # each mode, memory offline during a walk, suspend, a fault, bad input and

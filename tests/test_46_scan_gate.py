@@ -280,7 +280,7 @@ _DIMM_BLOCKS = ("bs=$((0x$(cat /sys/devices/system/memory/block_size_bytes)));"
                 " for m in /sys/devices/system/memory/memory*; do"
                 " i=${m##*memory}; [ $((i * bs)) -ge $((1 << 32)) ] &&"
                 " echo $m; done; true")
-DELAY_S = 10
+DELAY_S = 6
 
 
 def _movable_present(vm):

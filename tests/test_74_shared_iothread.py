@@ -301,7 +301,7 @@ def test_shared_iothread_switchover_while_hint_bh_held():
 
 
 # How long the old order is watched for its deadlock
-OLD_ORDER_WATCH_S = 30
+OLD_ORDER_WATCH_S = 15
 
 
 @tag("reliability", "faults", "iothread", "detector")

@@ -58,6 +58,13 @@ def test_every_qemu_finds_its_firmware_without_L():
         assert rc == 0, f"{name}: {out[-1000:]}"
         assert "bios-256k.bin" in out, f"{name}: no BIOS loaded:\n{out}"
         assert "linuxboot_dma.bin" in out, f"{name}: no linuxboot ROM:\n{out}"
+        # the tests' guests start the same kernel at its PVH entry
+        # (env.boot_image()): that option ROM too
+        pvh = env.boot_image(kernel)
+        if pvh != kernel:
+            rc, out = _roms(path, "-kernel", pvh)
+            assert rc == 0 and "pvh.bin" in out, \
+                f"{name}: no PVH option ROM for {pvh}:\n{out[-1000:]}"
     # The check sees a missing firmware: a BIOS name no folder has.
     rc, out = _roms(_need(env.OUR_QEMU), "-bios", "hb-no-such-bios.bin")
     assert rc != 0 and "hb-no-such-bios.bin" in out, out

@@ -186,6 +186,24 @@ def guest_kernel(series=None):
     return f"{cache}/kernels/{kver}/boot/vmlinuz-{kver}"
 
 
+def boot_image(kernel):
+    """What a test VM passes to -kernel for the guest kernel `kernel`
+    (guest_kernel()'s bzImage): the same kernel uncompressed, with its PVH
+    entry point, when `make images` made one (scripts/mk-boot-image.sh:
+    build/vmlinux-KVER, newer than the bzImage), which QEMU starts without
+    the bzImage's real-mode setup and decompression; else `kernel`."""
+    name = os.path.basename(kernel)
+    if not name.startswith("vmlinuz-"):
+        return kernel
+    elf = os.path.join(BUILD, "vmlinux-" + name[len("vmlinuz-"):])
+    try:
+        if os.path.getmtime(elf) >= os.path.getmtime(kernel):
+            return elf
+    except OSError:
+        pass
+    return kernel
+
+
 # The debug kernel (KASAN, lockdep, ...: scripts/debug-kernel.sh) keeps
 # far more of the guest's RAM than a Debian kernel: KASAN's shadow, an
 # eighth of it, and about 130 MiB of debug data besides, against about 57

@@ -184,7 +184,8 @@ class VM(GuestOutput):
                 "-no-user-config",
                 "-name", f"{name},debug-threads=on",
                 "-smp", str(smp), "-m", str(mem_mib),
-                "-kernel", kernel, "-initrd", initrd, "-append", append,
+                "-kernel", env.boot_image(kernel), "-initrd", initrd,
+                "-append", append,
                 "-serial", f"file:{self.console}",
                 "-chardev", f"socket,id=hbcmd,path={self.cmdsock},"
                             "server=on,wait=off",
