@@ -186,14 +186,25 @@ def guest_kernel(series=None):
     return f"{cache}/kernels/{kver}/boot/vmlinuz-{kver}"
 
 
-def boot_image(kernel):
-    """What a test VM passes to -kernel for the guest kernel `kernel`
-    (guest_kernel()'s bzImage): the same kernel uncompressed, with its PVH
-    entry point, when `make images` made one (scripts/mk-boot-image.sh:
-    build/vmlinux-KVER, newer than the bzImage), which QEMU starts without
-    the bzImage's real-mode setup and decompression; else `kernel`."""
+def pvh_machine(machine):
+    """Whether QEMU starts a PVH kernel on `machine`: not on the i440fx
+    and q35 types before 4.0, whose compat settings turn PVH off (QEMU
+    then takes the ELF for a bzImage and refuses it: "linux kernel too old
+    to load a ram disk")."""
+    m = re.search(r"-(\d+)\.(\d+)$", machine or "")
+    return not m or (int(m.group(1)), int(m.group(2))) >= (4, 0)
+
+
+def boot_image(kernel, machine=None):
+    """What a test VM on `machine` passes to -kernel for the guest kernel
+    `kernel` (guest_kernel()'s bzImage): the same kernel uncompressed,
+    with its PVH entry point, when `make images` made one
+    (scripts/mk-boot-image.sh: build/vmlinux-KVER, newer than the
+    bzImage) and the machine type starts PVH kernels, which QEMU does
+    without the bzImage's real-mode setup and decompression; else
+    `kernel`."""
     name = os.path.basename(kernel)
-    if not name.startswith("vmlinuz-"):
+    if not name.startswith("vmlinuz-") or not pvh_machine(machine):
         return kernel
     elf = os.path.join(BUILD, "vmlinux-" + name[len("vmlinuz-"):])
     try:

@@ -184,7 +184,9 @@ class VM(GuestOutput):
                 "-no-user-config",
                 "-name", f"{name},debug-threads=on",
                 "-smp", str(smp), "-m", str(mem_mib),
-                "-kernel", env.boot_image(kernel), "-initrd", initrd,
+                "-kernel", env.boot_image(kernel, machine or
+                                          machine_for(binary)),
+                "-initrd", initrd,
                 "-append", append,
                 "-serial", f"file:{self.console}",
                 "-chardev", f"socket,id=hbcmd,path={self.cmdsock},"
