@@ -53,14 +53,14 @@ def _roms(binary, *extra):
 @tag("lint", "stacks")
 def test_every_qemu_finds_its_firmware_without_L():
     kernel = guest_kernel()
+    # the tests' guests start the same kernel at its PVH entry
+    # (env.boot_image()): that option ROM too
+    pvh = env.boot_image(kernel)
     for name, path in BINARIES.items():
         rc, out = _roms(_need(path), "-kernel", kernel)
         assert rc == 0, f"{name}: {out[-1000:]}"
         assert "bios-256k.bin" in out, f"{name}: no BIOS loaded:\n{out}"
         assert "linuxboot_dma.bin" in out, f"{name}: no linuxboot ROM:\n{out}"
-        # the tests' guests start the same kernel at its PVH entry
-        # (env.boot_image()): that option ROM too
-        pvh = env.boot_image(kernel)
         if pvh != kernel:
             rc, out = _roms(path, "-kernel", pvh)
             assert rc == 0 and "pvh.bin" in out, \

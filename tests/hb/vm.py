@@ -173,6 +173,7 @@ class VM(GuestOutput):
         # what -m gives the guest: more than mem_mib for the debug kernel
         self.mem_mib = mem_mib = env.guest_ram_mib(kernel, mem_mib)
         initrd = initrd or os.environ.get("HB_INITRD") or guest_initrd()
+        machine = machine or machine_for(binary)
         append = (f"console=ttyS0 loglevel=5 panic=0 hb.balloon={balloon}")
         if balloon_args:
             append += f" hb.balloon_args={balloon_args.replace(' ', ',')}"
@@ -184,10 +185,8 @@ class VM(GuestOutput):
                 "-no-user-config",
                 "-name", f"{name},debug-threads=on",
                 "-smp", str(smp), "-m", str(mem_mib),
-                "-kernel", env.boot_image(kernel, machine or
-                                          machine_for(binary)),
-                "-initrd", initrd,
-                "-append", append,
+                "-kernel", env.boot_image(kernel, machine),
+                "-initrd", initrd, "-append", append,
                 "-serial", f"file:{self.console}",
                 "-chardev", f"socket,id=hbcmd,path={self.cmdsock},"
                             "server=on,wait=off",
@@ -219,7 +218,7 @@ class VM(GuestOutput):
             wrapper=module_wrapper(binary) + [
                 "setpriv", "--pdeathsig", "KILL", "--"],
             log_dir=workdir)
-        self.machine.set_machine(machine or machine_for(binary))
+        self.machine.set_machine(machine)
         self.guest = Guest(self.cmdsock, self._dead)
         # stderr lines this VM is expected to print (regexes)
         self.allow_errors = []
