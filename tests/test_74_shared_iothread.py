@@ -109,6 +109,18 @@ def _start_writer(vm, first_seq):
         "touch /tmp/blk.done) > /dev/null 2>&1 &")
 
 
+def _wait_writing(vm, timeout=30):
+    """Wait until the writer of _start_writer logged a write since it
+    started: the disk is busy when the migration begins."""
+    def writes():
+        _, out = vm.guest.run("cat /tmp/blk.log 2>/dev/null | wc -l")
+        return int(out[-1])
+    n0, deadline = writes(), time.time() + timeout
+    while writes() <= n0:
+        assert time.time() < deadline, f"no disk write in {timeout} s"
+        time.sleep(0.1)
+
+
 def _blk_queues(vm):
     """The disk's request queues as QEMU sees them: what each took from the
     guest and gave back, and whether the guest was told.  A completion the
@@ -204,7 +216,7 @@ def test_shared_iothread_disk_writes_hinted_migrations():
         times, hinted = [], 0
         for n in range(runs):
             _start_writer(rig.vm, n * 1000000)
-            time.sleep(1)
+            _wait_writing(rig.vm)
             t0 = time.time()
             info = rig.migrate(timeout=MIGRATION_LIMIT_S)
             times.append(time.time() - t0)
