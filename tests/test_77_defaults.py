@@ -27,7 +27,7 @@ from hb.testlib import (assert_intact, migrate, our_qemu, record_reference,
                         tag, timeout)
 from hb.workloads import Scenario
 
-RUNS = int(os.environ.get("HB_DEFAULTS_RUNS", "3"))
+RUNS = int(os.environ.get("HB_DEFAULTS_RUNS", "5"))
 # Bytes of one run vary with how far a round got before the first pass
 # sent the memory it hints: the median of ours must stay inside stock's
 # range, widened by this share of it on either side.
