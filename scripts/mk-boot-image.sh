@@ -5,9 +5,9 @@
 # (Xen's PHYS32_ENTRY ELF note, CONFIG_PVH: Debian's amd64 kernels have
 # one, the debug kernel's configuration does not).  QEMU then jumps to
 # that entry (-kernel with an ELF), which skips the bzImage's real-mode
-# setup and decompression: about 0.9 s of every boot under TCG.  The kernel is the same one, byte
-# for byte; tests/hb/env.py boot_image() picks this file when it exists
-# and is newer than the bzImage.
+# setup and decompression: about 0.9 s of every boot under TCG.  The
+# kernel is the same one, byte for byte; tests/hb/env.py boot_image()
+# picks this file when it exists and is newer than the bzImage.
 # Usage: mk-boot-image.sh KVER OUT
 set -euo pipefail
 kver=${1:?usage: mk-boot-image.sh KVER OUT}
