@@ -26,6 +26,7 @@ BAD_PROPS = [
     ("x-free-page-hint-batch-max=1025", "x-free-page-hint-batch-max"),
     ("x-free-page-hint-batch-max=x1", "x-free-page-hint-batch-max"),
     ("x-free-page-hint-postcopy=maybe", "x-free-page-hint-postcopy"),
+    ("x-free-page-hint-timing=maybe", "x-free-page-hint-timing"),
     ("x-free-page-hint-stats=1", "x-free-page-hint-stats"),
     ("iothread=nosuch", "nosuch"),
 ]
@@ -53,7 +54,9 @@ def test_invalid_device_properties_on_command_line():
     # valid boundaries must start (QEMU still running after 3 s)
     for prop in ("x-free-page-hint-wait-ms=60000", "x-free-page-hint-wait-ms=0",
                  "x-free-page-hint-batch-max=1",
-                 "x-free-page-hint-batch-max=1024"):
+                 "x-free-page-hint-batch-max=1024",
+                 "x-free-page-hint-timing=on", "x-free-page-hint-timing=off",
+                 "x-free-page-hint-timing=auto"):
         p = subprocess.Popen(_qemu_cmdline(qemu, base + "," + prop),
                              stderr=subprocess.PIPE, text=True)
         try:
@@ -85,6 +88,8 @@ def test_invalid_device_properties_via_qom_set():
                               ("x-free-page-hint-batch-max", 0),
                               ("x-free-page-hint-batch-max", 2048),
                               ("x-free-page-hint-postcopy", "maybe"),
+                              ("x-free-page-hint-timing", "maybe"),
+                              ("x-free-page-hint-timing", "on"),
                               ("free-page-hint", False),
                               ("x-free-page-hint-stats", {"rounds": 5})]:
                 try:

@@ -1,14 +1,17 @@
 # SPDX-License-Identifier: GPL-2.0
 """How many free page hint rounds a migration runs (host-qemu.md, "Rounds").
 
-Our QEMU starts a new round after a bitmap sync only when the guest
-dirtied at least 1/x-free-page-hint-rehint-ratio of what the last round
-hinted since that round started: an idle guest is hinted once, memory the
-guest writes and frees during the migration is hinted again.  Each test
-also runs the rule's opposite where that proves its premise: with the
-ratio 0 (a round after every sync, as stock QEMU does) the same idle
-guest's free memory is hinted again and again.  Every migration verifies
-the guest's data on the destination and fails on any kernel error."""
+Our QEMU starts a new round after a bitmap sync only when the guest wrote,
+since the last round started, at least 1/x-free-page-hint-rehint-ratio of
+what that round hinted among the pages hints had cleared: it took back
+memory it had reported free.  An idle guest is hinted once, a guest that
+only rewrites the memory it already uses is hinted once however many syncs
+its writes cause, and memory the guest writes and frees during the
+migration is hinted again.  Each test also runs the rule's opposite where
+that proves its premise: with the ratio 0 (a round after every sync, as
+stock QEMU does) the same guest is hinted again after every sync.  Every
+migration verifies the guest's data on the destination and fails on any
+kernel error."""
 from hb.vm import device_counters
 from hb.workloads import Scenario
 from hb.rigs import MEM, Rig
@@ -20,6 +23,9 @@ FILL_MIB = 128            # written and freed during the migration
 # check whether to switch over to repeat while it runs.
 KEEP_MIB = 192
 PASS_BW = 16 << 20        # bytes/s: a first pass of a few seconds
+REWRITE_MIB = 64          # the working set the write-heavy guest rewrites
+REWRITE_BW = 128 << 20    # bytes/s: a sync every half second or so
+REWRITE_SYNCS = 8         # syncs the write-heavy guest's migration runs
 
 
 def _counters_when(rig, pred, timeout, what):
@@ -95,3 +101,63 @@ def test_memory_freed_during_migration_is_hinted_again():
         rig.unthrottle()
         rig.finish()
         rig.verify("after a later round")
+
+
+def _rewriting(ratio):
+    """A guest that rewrites REWRITE_MIB MiB it allocated before the
+    migration, over and over, while a throttled migration syncs
+    REWRITE_SYNCS times: the source device's counters and the syncs."""
+    props = f"x-free-page-hint-rehint-ratio={ratio}" if ratio is not None \
+        else ""
+    with Rig(f"rounds-rewrite-ratio-{ratio}", balloon="ours", mem_mib=MEM,
+             device_props=props) as rig:
+        rig.boot()
+        g = rig.vm.guest
+        g.run(f"hbwork bandwidth {REWRITE_MIB} 3600 >/dev/null 2>&1 & "
+              "echo $! > /tmp/rewrite.pid")
+        # its whole working set is in use before the first round
+        wait_until(lambda: _rss_kb(g), lambda kb: kb >= REWRITE_MIB * 1000,
+                   60, "the writer's working set")
+        rig.start_migration(bw=REWRITE_BW)
+        info = wait_until(rig.mig_status,
+                          lambda i: _syncs(i) >= REWRITE_SYNCS, 240,
+                          f"{REWRITE_SYNCS} bitmap syncs")
+        c = device_counters(rig.vm)
+        g.run("kill $(cat /tmp/rewrite.pid)")
+        rig.unthrottle()
+        rig.finish()
+        rig.verify(f"write-heavy guest, ratio {ratio}")
+    print(f"    ratio {ratio}: {_syncs(info)} syncs, rounds={c['rounds']} "
+          f"skipped={c.get('rounds-skipped')} "
+          f"hinted={c['hinted-bytes'] / 1e6:.0f} MB "
+          f"cleared={c['cleared-pages']}")
+    return c, _syncs(info)
+
+
+def _rss_kb(g):
+    _, out = g.run("grep VmRSS /proc/$(cat /tmp/rewrite.pid)/status",
+                   check=False)
+    for line in out:
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _syncs(info):
+    return (info.get("ram") or {}).get("dirty-sync-count", 0)
+
+
+@tag("rounds", "dataloss", "sanitize")
+def test_write_heavy_guest_is_not_hinted_every_sync():
+    """Default ratio: a guest that keeps rewriting its working set gets no
+    round after the first one, however many syncs its writes cause: the
+    pages it writes were never hinted.  Ratio 0: the same guest gets a
+    round after every sync (the premise: the syncs did run, and a test
+    that counted rounds per sync would see them)."""
+    need_ours()
+    c, syncs = _rewriting(None)
+    assert c["rounds"] <= 2 and c.get("rounds-skipped", 0) >= syncs - 2, \
+        f"{c['rounds']} rounds in {syncs} syncs: {c}"
+    c0, syncs0 = _rewriting(0)
+    assert c0["rounds"] >= syncs0 - 1, \
+        f"ratio 0: {c0['rounds']} rounds in {syncs0} syncs: {c0}"
