@@ -403,9 +403,16 @@ def publish_demo(s):
 
 
 def publish_check(path=CHECK_RUN):
+    """Summarise a whole run into check.json; a run that was stopped
+    before its last test is refused, and nothing is written."""
     run = _load(path)
     if not run:
         raise SystemExit(f"{path}: no results of a run")
+    if run.get("stopped_by") or run.get("not_run"):
+        raise SystemExit(f"{path}: the run was stopped by "
+                         f"{run.get('stopped_by')} with "
+                         f"{len(run.get('not_run') or [])} test(s) not run; "
+                         "not published")
     with open(CHECK, "w") as f:
         json.dump(check_summary(run), f, indent=1, sort_keys=True)
         f.write("\n")

@@ -8,6 +8,7 @@ another driver, another series and a dirty tree."""
 import json
 import os
 import sys
+import tempfile
 
 from hb.testlib import TOP, tag
 
@@ -218,3 +219,29 @@ def test_a_set_of_the_10_2_stack_is_judged_by_its_series_key():
         return results.set_not_of_head({"sets": [{"meta": meta}]}, 1)
     assert not judged("10.2"), judged("10.2")
     assert judged("10.0"), "a 10.0 set with the 10.2 key passed"
+
+
+@tag("lint")
+def test_a_stopped_run_is_not_published():
+    """publish-check refuses a run stopped before its last test (run.py's
+    stopped_by and not_run) and writes nothing; the premise: the same run,
+    not stopped, is summarised."""
+    with open(results.CHECK) as f:
+        before = f.read()
+    run = {"results": [], "summary": {}, "seconds": 60,
+           "counts": {"passed": 3, "failed": 0, "skipped": 0,
+                      "reference": 0},
+           "stopped_by": "SIGINT", "not_run": ["test_x", "test_y"]}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as tmp:
+        json.dump(run, tmp)
+        tmp.flush()
+        try:
+            results.publish_check(tmp.name)
+        except SystemExit as exc:
+            assert "stopped by SIGINT" in str(exc), exc
+        else:
+            raise AssertionError("a stopped run was published")
+        with open(results.CHECK) as f:
+            assert f.read() == before, "check.json changed"
+    assert results.check_summary(dict(run, stopped_by=None, not_run=[]))[
+        "counts"]["passed"] == 3
