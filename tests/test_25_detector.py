@@ -479,7 +479,10 @@ def test_detector_sanitizer_reports_fail_the_test():
     ASan/UBSan build of our QEMU: gdb has a running QEMU allocate memory
     and drop the pointer, and LeakSanitizer reports the leak when the QEMU
     quits; gdb has another call ASan's report function for a read of
-    address 4096, which ASan reports at run time and ends the QEMU."""
+    address 4096, which ASan reports at run time and ends the QEMU.  A
+    third boots without the UBSan suppressions (tests/hb/ubsan.supp): its
+    UBSan report of upstream code shows that each entry is still needed
+    and that UBSan's reports reach the test too."""
     binary = our_qemu()
     if not _asan_build(binary):
         raise Skip(f"{binary} is not the ASan build (make check SANITIZE=1)")
@@ -488,12 +491,16 @@ def test_detector_sanitizer_reports_fail_the_test():
     d = tmpdir("hbsan")
     vms = []
 
-    def fires(name, expect, *calls):
+    def fires(name, expect, *calls, suppress=True):
         """Boot a VM, have gdb make `calls` in its QEMU, end it; its
         report lines, which must have one with `expect`."""
         vm = VM(d, name, binary, 256, "ours", hint=True)
         vms.append(vm)
-        vm.boot()
+        os.environ["UBSAN_OPTIONS"] = env.ubsan_options(suppress)
+        try:
+            vm.boot()
+        finally:
+            os.environ["UBSAN_OPTIONS"] = env.ubsan_options()
         n = len(SANITIZER_REPORTS)
         _gdb_call(vm.machine.get_pid(), *calls)
         vm.end()
@@ -517,6 +524,14 @@ def test_detector_sanitizer_reports_fail_the_test():
             leaky.log_tail(3000)
         fires("broken", "ERROR: AddressSanitizer",
               "(void) __asan_report_load8(4096)")
+        # the one entry of ubsan.supp (read_pvh_start_addr()), reported
+        # at every boot of a PVH boot image, and only without the file
+        pvh = "x86-common.c"
+        fires("unsuppressed", pvh, suppress=False)
+        seen = [r for r in SANITIZER_REPORTS[before:]
+                if r["vm"] != "unsuppressed" and
+                any(pvh in ln for ln in r["lines"])]
+        assert not seen, f"reported despite ubsan.supp: {seen}"
     finally:
         for vm in vms:
             vm.end()

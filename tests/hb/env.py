@@ -122,6 +122,22 @@ STOCK_QEMU = STACKS[STACK]["stock"]
 # runs at exit, and the test fails on any sanitizer report (hb.vm).
 SANITIZE = os.environ.get("HB_SANITIZE") == "1"
 
+# The UBSan reports of upstream code that no test fails on, one per entry
+# with its reason (tests/hb/ubsan.supp), for every QEMU this process starts.
+UBSAN_SUPPRESSIONS = os.path.join(os.path.dirname(__file__), "ubsan.supp")
+
+
+def ubsan_options(suppress=True):
+    """UBSAN_OPTIONS of the QEMUs started from here: the caller's own, with
+    UBSAN_SUPPRESSIONS first unless `suppress` is false."""
+    ours = f"suppressions={UBSAN_SUPPRESSIONS}"
+    own = [o for o in _UBSAN_OWN.split(":") if o and o != ours]
+    return ":".join(([ours] if suppress else []) + own)
+
+
+_UBSAN_OWN = os.environ.get("UBSAN_OPTIONS", "")
+os.environ["UBSAN_OPTIONS"] = ubsan_options()
+
 
 def use_stack(name):
     """Make `name` (a key of STACKS: "10.0") the stack of this process:
