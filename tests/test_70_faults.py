@@ -15,6 +15,7 @@ without that (test_scan_mode_exit_paths).
 Tags: `reliability` (make check), `long` (the 10-migration run),
 `sanitize` (make check SANITIZE=1 runs these against the ASan/UBSan build).
 """
+import re
 import time
 
 from hb import stop_race
@@ -323,6 +324,72 @@ def test_done_frees_chains_the_device_returns_late():
         CURRENT.add("faults")
         assert rig.vm.machine.is_running()
         final_migration(rig, "after a late give-back")
+
+
+@tag("reliability", "faults", "sanitize", "each_stack")
+def test_source_quits_while_a_clear_is_held():
+    """The source QEMU quits while a batch's clear waits in the iothread,
+    after its migration ended: migration_shutdown() then drops the last
+    reference to the MigrationState before QEMU joins the iothread, so the
+    clear runs after that object is freed and must read nothing of it
+    (under make check SANITIZE=1 such a read is a heap-use-after-free
+    report, which fails the test).  gdb holds the iothread at the clear,
+    the migration is cancelled, the guest's data is verified, QEMU is asked
+    to quit, and gdb lets the clear go (and detaches) once the main thread
+    has passed migration_shutdown(): it stops the main thread at
+    user_creatable_cleanup(), later in qemu_cleanup(), which joins the
+    iothread.  The premise: when QEMU is asked to quit, the MigrationState
+    has no reference but the one migration_shutdown() drops, and the main
+    thread passes migration_shutdown() with the clear still held.  QEMU
+    then exits with status 0."""
+    need_ours()
+    with Rig("quitheld") as rig:
+        rig.boot()
+        gate = IothreadGate(rig.vm, rig.dir)
+        gdb = gate.gdb
+        try:
+            gate.close_gate()
+            rig.start_migration(bw=THROTTLE)
+            gate.wait_hit()
+            rig.cancel()
+            rig.verify("after the cancel")
+            held_at = re.findall(r"Thread (\d+) .*hit Breakpoint",
+                                 gdb.text())[-1]
+            # the reference the migration's cleanup bottom half takes is
+            # dropped once it has run: wait for the last one but QEMU's own
+            refs = None
+            for _ in range(20):
+                gdb.send(f"thread {held_at}\n"
+                         "printf \"HB-REF %d\\n\", "
+                         "((Object *)current_migration)->ref", "HB-REF")
+                refs = re.findall(r"HB-REF (\d+)", gdb.text())[-1]
+                if refs == "1":
+                    break
+                time.sleep(0.5)
+            assert refs == "1", f"MigrationState references: {refs}"
+            gdb.send("break user_creatable_cleanup", "Breakpoint")
+            rig.vm.qmp("quit")
+            gdb._await(  # pylint: disable=protected-access
+                lambda: re.search(r"hit Breakpoint \d+, "
+                                  r"user_creatable_cleanup", gdb.text()),
+                60, "QEMU did not reach user_creatable_cleanup()")
+            assert gate.hits() == 2, \
+                f"the clear was not held until then: {gdb.text()[-2000:]}"
+            # let the clear go without gdb: LeakSanitizer checks QEMU at its
+            # exit, and does not run under ptrace
+            gate.stop()
+            try:
+                rig.vm.machine.wait(timeout=60)
+            except Exception:  # pylint: disable=broad-except
+                pass        # it did not exit in time, and was killed
+            code = rig.vm.machine.exitcode()
+        finally:
+            if gdb.proc.poll() is None:
+                gate.stop()
+        CURRENT.add("faults")
+        assert code == 0, f"QEMU exited with {code}: {rig.vm.log_tail(3000)}"
+        print(f"    the clear ran after migration_shutdown(); QEMU exited "
+              f"with {code}", flush=True)
 
 
 @tag("reliability", "faults", "sanitize", "each_stack")
