@@ -353,8 +353,7 @@ def test_source_quits_while_a_clear_is_held():
             gate.wait_hit()
             rig.cancel()
             rig.verify("after the cancel")
-            held_at = re.findall(r"Thread (\d+) .*hit Breakpoint",
-                                 gdb.text())[-1]
+            held_at = gate.held_thread()
             # the reference the migration's cleanup bottom half takes is
             # dropped once it has run: wait for the last one but QEMU's own
             refs = None

@@ -339,6 +339,12 @@ class IothreadGate:
             lambda: self.hits() > seen,
             timeout, "the hint bottom half did not run")
 
+    def held_thread(self):
+        """gdb's number of the thread that last stopped at the gate."""
+        hit = re.findall(r"Thread (\d+) .*hit Breakpoint", self.gdb.text())
+        assert hit, self.gdb.text()[-2000:]
+        return hit[-1]
+
     def let_through(self):
         """Let the held bottom half run once; the gate stays closed for the
         next one."""
@@ -352,9 +358,8 @@ class IothreadGate:
         iothread stopped taking the BQL: the held thread takes the BQL (and
         drops it) before it goes on.  gdb answers nothing more while that
         thread waits for the BQL; bql_taken() tells whether it got it."""
-        hit = re.findall(r"Thread (\d+) .*hit Breakpoint", self.gdb.text())
-        assert hit, self.gdb.text()[-2000:]
-        self.gdb.send(f"delete\nthread {hit[-1]}", "Switching to thread")
+        self.gdb.send(f"delete\nthread {self.held_thread()}",
+                      "Switching to thread")
         self.gdb.send('call (void)bql_lock_impl("hb-old-order", 0)\n'
                       "echo HB-BQL-TAKEN\\n\n"
                       "call (void)bql_unlock()\ncontinue -a &", None)
