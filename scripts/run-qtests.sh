@@ -7,6 +7,7 @@
 # back to TCG.
 #
 #   scripts/run-qtests.sh [--base 10.0] [--quick|--full|--build-only] [--baseline]
+#                         [--stock] [--match REGEX]
 #
 #   --base        the QEMU base (default 10.0: build/qemu; 10.2: build/qemu-10.2)
 #   --quick       (default) qos-test restricted to the virtio-balloon graph
@@ -16,6 +17,9 @@
 #   --build-only  build and stash the qtest binaries, run nothing
 #   --baseline    also run the same binaries against the unpatched Debian
 #                 build of the same QEMU version (build/stock-qemu-BASE)
+#   --stock       run them against that unpatched build only
+#   --match       only qos-test, and only its virtio-balloon paths that
+#                 match REGEX (grep -E)
 #
 # Environment:
 #   HB_OUR_QEMU   binary under test (default build/<base's dir>/qemu-system-x86_64)
@@ -35,6 +39,8 @@ die() { printf '[qtests] ERROR: %s\n' "$*" >&2; exit 2; }
 
 mode=quick
 baseline=0
+stock_only=0
+match=
 base=10.0
 while [ $# -gt 0 ]; do
 	a=$1; shift
@@ -44,6 +50,8 @@ while [ $# -gt 0 ]; do
 	--full) mode=full ;;
 	--build-only) mode=build ;;
 	--baseline) baseline=1 ;;
+	--stock) stock_only=1 ;;
+	--match) match=${1:?--match needs a regex}; shift ;;
 	-h|--help) sed -n '2,/^set /p' "$0" | sed 's/^# \{0,1\}//;/^set /d'; exit 0 ;;
 	*) die "unknown argument $a" ;;
 	esac
@@ -121,7 +129,7 @@ fi
 # qos-test paths that go through virtio-balloon (graph of x86_64/pc).
 balloon_paths() { # qemu
 	QTEST_QEMU_BINARY=$1 "$stash/bin/qos-test" -l 2>/dev/null |
-		grep -E '^/.*virtio-balloon' || true
+		grep -E '^/.*virtio-balloon' | grep -E "${match:-.}" || true
 }
 
 summary=$logs/summary.txt
@@ -134,8 +142,9 @@ run_one() { # label qemu name timeout cmd...
 	t0=$(date +%s)
 	# Some qtests make scratch directories in the current directory (the
 	# 9p ones: qtest-9p-local-*); one killed mid-run would leave them in
-	# the source tree.
-	(cd "$scratch" &&
+	# the source tree.  Those under $TMPDIR (g_dir_make_tmp()) go there
+	# too: a qtest that fails may leave them behind.
+	(cd "$scratch" && export TMPDIR="$scratch" &&
 	 unshare -m sh -c 'if [ -e /dev/kvm ]; then
 		mount --bind /dev/null /dev/kvm || exit; fi; exec "$@"' sh \
 		env QTEST_QEMU_BINARY="$qemu" timeout -k 10 "$tmo" "$@") > "$log" 2>&1
@@ -162,6 +171,7 @@ suite() { # label qemu
 	[ ${#args[@]} -gt 0 ] || { echo "$label: no virtio-balloon path in qos-test -l" | tee -a "$summary"; rc=1; }
 	[ ${#args[@]} -gt 0 ] && { run_one "$label" "$qemu" qos-test-virtio-balloon "${QTEST_TIMEOUT:-900}" \
 		"$stash/bin/qos-test" --tap -k "${args[@]}" || rc=1; }
+	[ -z "$match" ] || return $rc
 	run_one "$label" "$qemu" qom-test "${QTEST_TIMEOUT:-900}" \
 		"$stash/bin/qom-test" --tap -k || rc=1
 	run_one "$label" "$qemu" device-introspect-test "${QTEST_TIMEOUT:-900}" \
@@ -173,10 +183,16 @@ suite() { # label qemu
 	return $rc
 }
 
-[ -x "$ours" ] || die "no QEMU at $ours"
-say "mode=$mode binary=$ours"
-suite ours "$ours" || fail=1
-if [ "$baseline" = 1 ]; then
+if [ "$stock_only" = 1 ]; then
+	[ -x "$stock" ] || die "no QEMU at $stock"
+	say "mode=$mode${match:+ match=$match} binary=$stock (unpatched)"
+	suite stock "$stock" || fail=1
+else
+	[ -x "$ours" ] || die "no QEMU at $ours"
+	say "mode=$mode${match:+ match=$match} binary=$ours"
+	suite ours "$ours" || fail=1
+fi
+if [ "$baseline" = 1 ] && [ "$stock_only" = 0 ]; then
 	say "baseline: unpatched Debian build $stock"
 	suite stock "$stock" || fail=1
 fi
